@@ -1,0 +1,372 @@
+/*
+ * libwkv — the WKV recurrences of RWKV-4, RWKV-5/6 and RWKV-7, forward and backward,
+ * on the CPU, CUDA or Vulkan, behind one C99 ABI.
+ *
+ * ============================================================================ USAGE
+ *
+ *   wkv_context* ctx = NULL;
+ *   wkv_context_options opt = {sizeof opt};       // zeroed = defaults: AUTO backend
+ *   if (wkv_context_create(&opt, &ctx) != WKV_OK) { puts(wkv_last_error(NULL)); ... }
+ *
+ *   int64_t shape[4] = {B, T, H, N};               // every per-token tensor is [B,T,H,N]
+ *   wkv_forward_desc f = {sizeof f};
+ *   f.op = WKV_OP_RWKV7;  f.decay_form = WKV_DECAY_CLAMPW;
+ *   f.r = wkv_tensor_make(r_ptr, WKV_DTYPE_F32, 4, shape);   // contiguous host tensor
+ *   ...  same for w, k, v, a, b and the output y
+ *   f.state_in  = wkv_tensor_make(s0, WKV_DTYPE_F32, 4, sshape);   // optional, [B,H,N,N]
+ *   f.state_out = wkv_tensor_make(s1, WKV_DTYPE_F32, 4, sshape);   // optional
+ *   if (wkv_forward(ctx, &f) != WKV_OK) puts(wkv_last_error(ctx));
+ *   wkv_context_destroy(ctx);
+ *
+ * Training: fill a wkv_backward_desc that points at the same forward descriptor, give it dy
+ * (and optionally d state_out), ask wkv_workspace_size() for the scratch it needs, and call
+ * wkv_backward(). Backward recomputes the forward from the checkpointed states it writes into
+ * that workspace; it never divides by the decay.
+ *
+ * ============================================================================ CONVENTIONS
+ *
+ * - Every function returns a wkv_status; WKV_OK is 0. On any other status nothing was written
+ *   to any output tensor, and wkv_last_error(ctx) holds a message that names the argument.
+ *   The library never aborts, never prints (unless a log callback asks for it) and never
+ *   throws across this boundary.
+ * - Out-parameters come first after the context. _create/_destroy come in pairs; destroy
+ *   functions accept NULL.
+ * - Every struct that crosses the ABI starts with `struct_size` (set it to sizeof the struct
+ *   you compiled against). A zeroed struct with struct_size set means "all defaults".
+ * - Enum values are pinned forever; new values are only ever added.
+ * - Thread safety: distinct contexts may be used from distinct threads at the same time. One
+ *   context is externally synchronised: a second call that overlaps a running call on the same
+ *   context returns WKV_ERROR_BUSY and touches nothing. The functions without a context
+ *   (version, info, status strings) are safe from any thread.
+ *
+ * ============================================================================ THE OPS
+ *
+ * Indices: i = value channel, j, l = key channels (0..N-1), per batch b and head h. The state
+ * S is [N][N] float32 indexed S[i][j] (value row, key column); WKV_FLAG_STATE_KEY_MAJOR flips
+ * that to S[j][i] (flash-linear-attention's order). Without state_in, S starts at zero.
+ * decay_t[j] is computed from w_t[j] by the descriptor's decay_form.
+ *
+ * RWKV-7 (WKV_OP_RWKV7): inputs r, w, k, v, a, b, output y, all [B,T,H,N]. Per token t:
+ *     sa[i]   = sum_l S[i][l] * a_t[l]                        (S before the update)
+ *     S[i][j] = S[i][j] * decay_t[j] + sa[i] * b_t[j] + v_t[i] * k_t[j]
+ *     y_t[i]  = sum_j S[i][j] * r_t[j]                        (S after the update)
+ *
+ * RWKV-6 (WKV_OP_RWKV6): inputs r, w, k, v [B,T,H,N] and the bonus u [H,N]; y [B,T,H,N]:
+ *     y_t[i]  = sum_j r_t[j] * (S[i][j] + u[j] * k_t[j] * v_t[i])   (S before the update)
+ *     S[i][j] = S[i][j] * decay_t[j] + k_t[j] * v_t[i]
+ *   RWKV-5 is RWKV-6 with a decay that does not change over time: pass w with a T-stride 0.
+ *
+ * RWKV-4 (WKV_OP_RWKV4): per channel c of C: k, v, y are [B,T,C], w (time_decay) and u
+ *   (time_first) are [C]; the per-step decay is exp(-exp(w)), so decay_form must be
+ *   WKV_DECAY_EXP_NEG_EXP. The state is the numerically stable (aa, bb, pp) triple, [B,3,C]
+ *   planar, or [B,C,3] with WKV_FLAG_RWKV4_STATE_INTERLEAVED.
+ *
+ * Not every backend implements every op; wkv_backend_get_info() says which, and a call for a
+ * missing one returns WKV_ERROR_UNSUPPORTED.
+ *
+ * ============================================================================ NUMERICS
+ *
+ * Inputs and outputs may be float32, float16 or bfloat16 (each tensor its own dtype); the state
+ * is always float32 and all arithmetic accumulates in float32. float32 paths match the float64
+ * reference to ~1e-5 (norm-wise relative error); 16-bit inputs to ~1e-2. A result is never NaN
+ * where the reference is finite.
+ */
+#ifndef WKV_WKV_H
+#define WKV_WKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(WKV_STATIC)
+#define WKV_API
+#elif defined(_WIN32)
+#ifdef WKV_BUILDING
+#define WKV_API __declspec(dllexport)
+#else
+#define WKV_API __declspec(dllimport)
+#endif
+#else
+#define WKV_API __attribute__((visibility("default")))
+#endif
+
+/* ------------------------------------------------------------------------------- version */
+
+#define WKV_VERSION_MAJOR 0
+#define WKV_VERSION_MINOR 1
+#define WKV_VERSION_PATCH 0
+/* major * 10000 + minor * 100 + patch, of the header you compiled against. */
+#define WKV_VERSION (WKV_VERSION_MAJOR * 10000 + WKV_VERSION_MINOR * 100 + WKV_VERSION_PATCH)
+
+/* The version of the loaded library, encoded as WKV_VERSION. Compare with WKV_VERSION. */
+WKV_API uint32_t wkv_version(void);
+/* "0.1.0"; and one line on how the library was built (compiler, backends compiled). Static
+ * strings, never freed. */
+WKV_API const char* wkv_version_string(void);
+WKV_API const char* wkv_build_info(void);
+
+/* -------------------------------------------------------------------------------- status */
+
+/* X(name, value, message). Values are pinned forever. */
+#define WKV_STATUS_LIST(X)                                                                    \
+    X(WKV_OK, 0, "success")                                                                   \
+    X(WKV_ERROR_NULL_POINTER, 1, "a required pointer is NULL")                                \
+    X(WKV_ERROR_INVALID_ARGUMENT, 2, "an argument has a value outside its domain")           \
+    X(WKV_ERROR_STRUCT_SIZE, 3, "struct_size does not match a known version of the struct")  \
+    X(WKV_ERROR_SHAPE, 4, "tensor shapes are non-positive or inconsistent")                   \
+    X(WKV_ERROR_DTYPE, 5, "a tensor has a dtype this argument does not accept")               \
+    X(WKV_ERROR_OVERFLOW, 6, "a size or byte offset overflows 64-bit arithmetic")             \
+    X(WKV_ERROR_ALIASING, 7, "an output overlaps another tensor")                             \
+    X(WKV_ERROR_DEVICE_MISMATCH, 8, "a tensor lives in a memory space the backend cannot use")\
+    X(WKV_ERROR_SEQUENCE_OFFSETS, 9, "packed-sequence offsets are invalid")                   \
+    X(WKV_ERROR_WORKSPACE_TOO_SMALL, 10, "the workspace is smaller than wkv_workspace_size")  \
+    X(WKV_ERROR_UNSUPPORTED, 11, "the backend does not implement this op/dtype/size")        \
+    X(WKV_ERROR_BACKEND_UNAVAILABLE, 12, "the requested backend is not present or usable")   \
+    X(WKV_ERROR_OUT_OF_MEMORY, 13, "an allocation failed")                                    \
+    X(WKV_ERROR_BUSY, 14, "another call is running on this context")                          \
+    X(WKV_ERROR_DEVICE_LOST, 15, "the device failed; the context can only be destroyed")      \
+    X(WKV_ERROR_INTERNAL, 16, "an internal error (a bug in libwkv: please report it)")
+
+typedef enum wkv_status {
+#define WKV_STATUS_ENUM_(name, value, message) name = value,
+    WKV_STATUS_LIST(WKV_STATUS_ENUM_)
+#undef WKV_STATUS_ENUM_
+    WKV_STATUS_FORCE32_ = 0x7fffffff
+} wkv_status;
+
+/* "WKV_ERROR_SHAPE: tensor shapes are ..." for any value; never NULL, never freed. */
+WKV_API const char* wkv_status_string(wkv_status status);
+
+/* ------------------------------------------------------------------------------- tensors */
+
+/* Device and dtype codes are DLPack's (DLDeviceType, DLDataTypeCode), so a DLTensor can be
+ * reinterpreted as a wkv_tensor field for field. */
+typedef enum wkv_device_type {
+    WKV_DEVICE_CPU = 1,
+    WKV_DEVICE_CUDA = 2,
+    WKV_DEVICE_CUDA_HOST = 3,
+    WKV_DEVICE_VULKAN = 7,
+    WKV_DEVICE_CUDA_MANAGED = 13,
+    WKV_DEVICE_FORCE32_ = 0x7fffffff
+} wkv_device_type;
+
+typedef struct wkv_device {
+    int32_t type; /* a wkv_device_type */
+    int32_t id;   /* device ordinal; 0 for the CPU */
+} wkv_device;
+
+enum { WKV_DTYPE_CODE_INT = 0, WKV_DTYPE_CODE_UINT = 1, WKV_DTYPE_CODE_FLOAT = 2,
+       WKV_DTYPE_CODE_BFLOAT = 4 };
+
+typedef struct wkv_dtype {
+    uint8_t code;   /* WKV_DTYPE_CODE_* */
+    uint8_t bits;   /* 16, 32 or 64 */
+    uint16_t lanes; /* always 1 */
+} wkv_dtype;
+
+#define WKV_DTYPE_F32 wkv_dtype_make(WKV_DTYPE_CODE_FLOAT, 32)
+#define WKV_DTYPE_F16 wkv_dtype_make(WKV_DTYPE_CODE_FLOAT, 16)
+#define WKV_DTYPE_BF16 wkv_dtype_make(WKV_DTYPE_CODE_BFLOAT, 16)
+#define WKV_DTYPE_I64 wkv_dtype_make(WKV_DTYPE_CODE_INT, 64)
+
+/* A strided view of memory, laid out exactly like DLPack's DLTensor.
+ * Element (i0, i1, ...) lives at (char*)data + byte_offset + sizeof(elem) * sum(ik * strides[k]).
+ * strides == NULL means C-contiguous (row-major). A stride of 0 broadcasts an input.
+ * The library never keeps the pointers after the call returns.
+ * A tensor whose data is NULL is "absent" (allowed only where a field says optional). */
+typedef struct wkv_tensor {
+    void* data;
+    wkv_device device;
+    int32_t ndim;
+    wkv_dtype dtype;
+    const int64_t* shape;   /* ndim entries */
+    const int64_t* strides; /* ndim entries, in elements; NULL = contiguous */
+    uint64_t byte_offset;
+} wkv_tensor;
+
+static inline wkv_dtype wkv_dtype_make(uint8_t code, uint8_t bits) {
+    wkv_dtype d;
+    d.code = code;
+    d.bits = bits;
+    d.lanes = 1;
+    return d;
+}
+
+/* A contiguous host tensor. `shape` must outlive every call that uses the tensor. */
+static inline wkv_tensor wkv_tensor_make(void* data, wkv_dtype dtype, int32_t ndim,
+                                         const int64_t* shape) {
+    wkv_tensor t;
+    t.data = data;
+    t.device.type = WKV_DEVICE_CPU;
+    t.device.id = 0;
+    t.ndim = ndim;
+    t.dtype = dtype;
+    t.shape = shape;
+    t.strides = NULL;
+    t.byte_offset = 0;
+    return t;
+}
+
+/* ------------------------------------------------------------------------------- context */
+
+typedef enum wkv_backend {
+    WKV_BACKEND_AUTO = 0, /* CUDA, else Vulkan, else CPU; WKV_BACKEND=cpu|cuda|vulkan overrides */
+    WKV_BACKEND_CPU = 1,
+    WKV_BACKEND_CUDA = 2,
+    WKV_BACKEND_VULKAN = 3,
+    WKV_BACKEND_COUNT_ = 4,
+    WKV_BACKEND_FORCE32_ = 0x7fffffff
+} wkv_backend;
+
+typedef enum wkv_log_level {
+    WKV_LOG_ERROR = 1, /* every failing call, with its message */
+    WKV_LOG_WARN = 2,  /* a fallback: a backend asked for was unavailable */
+    WKV_LOG_INFO = 3,  /* which backend a context chose and why */
+    WKV_LOG_DEBUG = 4,
+    WKV_LOG_FORCE32_ = 0x7fffffff
+} wkv_log_level;
+
+typedef void (*wkv_log_fn)(void* user_data, wkv_log_level level, const char* message);
+
+/* Runs fn(task_data, i) for every i in [begin, end). */
+typedef void (*wkv_task_fn)(void* task_data, int64_t begin, int64_t end);
+/* A host job system: must call fn over [0, n) — split into any ranges, on any threads — and
+ * return only when every range has finished. The library never calls it re-entrantly. */
+typedef void (*wkv_parallel_for_fn)(void* user_data, int64_t n, wkv_task_fn fn, void* task_data);
+
+typedef struct wkv_context_options {
+    size_t struct_size;           /* sizeof(wkv_context_options) */
+    wkv_backend backend;          /* default AUTO */
+    int32_t device_index;         /* GPU ordinal; default 0 */
+    int32_t cpu_threads;          /* CPU backend threads; 0 = WKV_NUM_THREADS or all cores */
+    wkv_parallel_for_fn parallel_for; /* optional: run CPU work on the host's threads instead */
+    void* parallel_for_user_data;
+    wkv_log_fn log;               /* optional; the library is silent without it */
+    void* log_user_data;
+    wkv_log_level log_level;      /* the most verbose level passed to `log`; default WARN */
+} wkv_context_options;
+
+typedef struct wkv_context wkv_context;
+
+/* Creates a context on the backend the options ask for. On failure *out is NULL and
+ * wkv_last_error(NULL) says why. Destroy with wkv_context_destroy. */
+WKV_API wkv_status wkv_context_create(const wkv_context_options* options, wkv_context** out);
+WKV_API void wkv_context_destroy(wkv_context* ctx);
+/* The backend this context runs on (never AUTO). */
+WKV_API wkv_backend wkv_context_backend(const wkv_context* ctx);
+/* The message of the last failing call on ctx ("" after a success), or with ctx == NULL of the
+ * last failing context-free call (wkv_context_create, queries) on this thread. Valid until the
+ * next call on the same context / thread. */
+WKV_API const char* wkv_last_error(const wkv_context* ctx);
+
+/* ----------------------------------------------------------------------------- the ops */
+
+typedef enum wkv_op {
+    WKV_OP_RWKV4 = 4,
+    WKV_OP_RWKV6 = 6, /* also RWKV-5: w with a T-stride of 0 */
+    WKV_OP_RWKV7 = 7,
+    WKV_OP_FORCE32_ = 0x7fffffff
+} wkv_op;
+
+/* How w gives the per-step multiplier decay (0 is "not set", an error). */
+typedef enum wkv_decay_form {
+    WKV_DECAY_DIRECT = 1,      /* decay = w */
+    WKV_DECAY_LOG = 2,         /* decay = exp(w)            (w = log-decay, w <= 0) */
+    WKV_DECAY_EXP_NEG_EXP = 3, /* decay = exp(-exp(w))      (RWKV-4/5/6 checkpoints) */
+    WKV_DECAY_CLAMPW = 4,      /* decay = exp(-exp(-0.5) * sigmoid(w))  (RWKV-7 models) */
+    WKV_DECAY_FORCE32_ = 0x7fffffff
+} wkv_decay_form;
+
+enum {
+    /* state_in / state_out / their gradients are [.., N(key), N(value)] instead of [.., value, key] */
+    WKV_FLAG_STATE_KEY_MAJOR = 1u << 0,
+    /* RWKV-4 state is [B, C, 3] instead of [B, 3, C] */
+    WKV_FLAG_RWKV4_STATE_INTERLEAVED = 1u << 1
+};
+
+typedef struct wkv_forward_desc {
+    size_t struct_size; /* sizeof(wkv_forward_desc) */
+    wkv_op op;
+    wkv_decay_form decay_form;
+    uint32_t flags; /* WKV_FLAG_* */
+    /* Inputs, [B,T,H,N] (RWKV-4: k, v [B,T,C]). Unused ones for the op must be absent. */
+    wkv_tensor r, w, k, v, a, b;
+    wkv_tensor u; /* RWKV-6 bonus [H,N]; RWKV-4 time_first [C]. RWKV-4 w is [C]. */
+    wkv_tensor y; /* output, same shape as v */
+    /* Optional float32 state, [S,H,N,N] where S = B, or the number of sequences when packed.
+     * state_out may be the very same memory as state_in (in-place stepping). */
+    wkv_tensor state_in;
+    wkv_tensor state_out;
+    /* Optional packed variable-length sequences: B must be 1, and sequence s covers tokens
+     * [seq_offsets[s], seq_offsets[s+1]) of the T axis. seq_offsets is a host array of
+     * num_seqs + 1 non-decreasing int64 values from 0 to T (an empty sequence passes its state
+     * through). num_seqs = 0 means "not packed". */
+    const int64_t* seq_offsets;
+    int64_t num_seqs;
+} wkv_forward_desc;
+
+typedef struct wkv_backward_desc {
+    size_t struct_size; /* sizeof(wkv_backward_desc) */
+    /* The forward call to differentiate: its inputs, state_in, packing and forms are read;
+     * its y and state_out are ignored (they need not be valid). */
+    const wkv_forward_desc* forward;
+    wkv_tensor dy;         /* gradient of the loss w.r.t. y, shape of y */
+    wkv_tensor dstate_out; /* optional: gradient w.r.t. the final state (absent = zero) */
+    /* Outputs: gradients w.r.t. each input as given (dw is w.r.t. w in its decay_form). The
+     * ones of the op are required (RWKV-7: dr dw dk dv da db; RWKV-6: dr dw dk dv du;
+     * RWKV-4: dw du dk dv); a broadcast input (stride 0) gets a gradient of the full shape. */
+    wkv_tensor dr, dw, dk, dv, da, db, du;
+    wkv_tensor dstate_in; /* optional: gradient w.r.t. state_in (shape of the state) */
+    void* workspace;      /* scratch of at least wkv_workspace_size() bytes, memory space of
+                             the backend; contents undefined on return */
+    size_t workspace_size;
+} wkv_backward_desc;
+
+/* Runs the forward recurrence. */
+WKV_API wkv_status wkv_forward(wkv_context* ctx, const wkv_forward_desc* desc);
+/* Runs the backward pass; needs desc->workspace of wkv_workspace_size() bytes. */
+WKV_API wkv_status wkv_backward(wkv_context* ctx, const wkv_backward_desc* desc);
+/* The workspace wkv_backward needs for this descriptor, in bytes (validates it first). */
+WKV_API wkv_status wkv_workspace_size(wkv_context* ctx, size_t* out_bytes,
+                                      const wkv_backward_desc* desc);
+
+/* ------------------------------------------------------------------------- introspection */
+
+enum { WKV_MAX_HEAD_SIZES = 16 };
+
+typedef struct wkv_backend_info {
+    size_t struct_size;     /* set by the caller */
+    wkv_backend backend;
+    const char* name;       /* "cpu", "cuda", "vulkan" */
+    int32_t available;      /* 1 when a context can be created on it */
+    const char* reason;     /* why it is unavailable, or where it was loaded from */
+    int32_t device_count;
+    uint32_t ops;           /* bit (1u << wkv_op) per op with forward and backward */
+    uint32_t dtypes;        /* bit 0 f32, bit 1 f16, bit 2 bf16 */
+    uint32_t decay_forms;   /* bit (1u << wkv_decay_form) per form */
+    int32_t any_head_size;  /* 1 when every N >= 1 works */
+    int32_t num_head_sizes; /* otherwise the N that work: */
+    int32_t head_sizes[WKV_MAX_HEAD_SIZES];
+} wkv_backend_info;
+
+/* What a backend is and supports; loads its plugin on first use. Strings are owned by the
+ * library and live until the process ends. */
+WKV_API wkv_status wkv_backend_get_info(wkv_backend backend, wkv_backend_info* out);
+
+typedef struct wkv_device_info {
+    size_t struct_size; /* set by the caller */
+    char name[256];
+    uint64_t memory_bytes; /* 0 when unknown */
+    int32_t compute_units; /* cores, SMs or compute units */
+} wkv_device_info;
+
+WKV_API wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_device_info* out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* WKV_WKV_H */

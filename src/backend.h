@@ -1,0 +1,140 @@
+/* The contract between the libwkv core and a backend (the built-in CPU one or a plugin).
+ *
+ * The core validates every public descriptor once and hands the backend a wkv_problem: shapes
+ * resolved, every tensor reduced to a base pointer, an element type and four strides in
+ * elements, flags such as WKV_FLAG_STATE_KEY_MAJOR already folded into the strides. A backend
+ * never re-checks what is described here as guaranteed; it only says "not for this shape"
+ * (WKV_ERROR_UNSUPPORTED) for what it does not implement.
+ *
+ * This header is C, versioned by WKV_BACKEND_ABI_VERSION; bump it on any change of layout or
+ * meaning. A plugin exports one symbol, WKV_PLUGIN_ENTRY_SYMBOL, of type wkv_plugin_entry_fn. */
+#ifndef WKV_SRC_BACKEND_H
+#define WKV_SRC_BACKEND_H
+
+#include "wkv/wkv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WKV_BACKEND_ABI_VERSION 1u
+/* The oldest backend ABI this core still accepts from a plugin. */
+#define WKV_BACKEND_ABI_MIN 1u
+
+typedef enum wkv_elem { WKV_ELEM_F32 = 0, WKV_ELEM_F16 = 1, WKV_ELEM_BF16 = 2 } wkv_elem;
+
+/* One tensor as the backend sees it. Element at logical index (i0, i1, i2, i3) is at
+ * data + elem_size * (i0*stride[0] + i1*stride[1] + i2*stride[2] + i3*stride[3]).
+ *
+ * Logical axes, by role:
+ *   per-token tensors (r w k v a b y and their gradients): [b, t, h, n]
+ *     RWKV-4: [b, t, 0, c]  (H = 1, N = C)
+ *   RWKV-6 u and RWKV-4 w, u: the same per-token axes with stride[0] = stride[1] = 0
+ *     (RWKV-4 also stride[2] = 0), so u[h][n] reads as u at (any b, any t, h, n)
+ *   RWKV-7/6 state and its gradients: [s, h, i (value), j (key)]
+ *   RWKV-4 state: [s, part (0 = aa, 1 = bb, 2 = pp), 0, c]
+ * where s is the sequence index (= batch index unless packed).
+ * data == NULL means absent (only optional tensors can be absent). For output gradients of
+ * broadcast inputs, the core allocates nothing: a gradient is always a full-shape tensor. */
+typedef struct wkv_view {
+    char* data; /* byte_offset already added */
+    wkv_elem elem;
+    int64_t stride[4];
+} wkv_view;
+
+typedef struct wkv_problem {
+    wkv_op op;
+    wkv_decay_form decay_form;
+    uint32_t flags; /* the caller's flags (already folded into strides; for information) */
+    int backward;   /* 0 for wkv_forward, 1 for wkv_backward / wkv_workspace_size */
+
+    int64_t B, T, H, N; /* RWKV-4: H = 1, N = C */
+
+    /* Independent sequences. Not packed: num_seqs = B, seq_offsets = NULL, sequence s is batch
+     * s over t in [0, T). Packed: B = 1, sequence s is batch 0 over
+     * t in [seq_offsets[s], seq_offsets[s+1]) (host memory, validated non-decreasing 0..T).
+     * Use wkv_problem_sequence() below rather than reading these directly. */
+    int64_t num_seqs;
+    const int64_t* seq_offsets;
+
+    /* Forward inputs/outputs. Absent for an op: data == NULL. */
+    wkv_view r, w, k, v, a, b, u;
+    wkv_view y;         /* forward only (data NULL in a backward problem) */
+    wkv_view state_in;  /* optional: absent = zeros */
+    wkv_view state_out; /* optional, forward only; may be exactly state_in (same data+strides) */
+
+    /* Backward only. */
+    wkv_view dy;
+    wkv_view dstate_out; /* optional: absent = zero */
+    wkv_view dr, dw, dk, dv, da, db, du;
+    wkv_view dstate_in;  /* optional */
+    void* workspace;     /* >= the backend's workspace_size() bytes (checked by the core) */
+    size_t workspace_size;
+} wkv_problem;
+
+/* Batch index and token range [t0, t1) of sequence s. */
+static inline void wkv_problem_sequence(const wkv_problem* p, int64_t s, int64_t* batch,
+                                        int64_t* t0, int64_t* t1) {
+    if (p->seq_offsets) {
+        *batch = 0;
+        *t0 = p->seq_offsets[s];
+        *t1 = p->seq_offsets[s + 1];
+    } else {
+        *batch = s;
+        *t0 = 0;
+        *t1 = p->T;
+    }
+}
+
+/* Where a backend writes why it failed. Always NUL-terminated by the writer. */
+typedef struct wkv_message {
+    char text[512];
+} wkv_message;
+
+/* What the core offers a backend at creation. */
+typedef struct wkv_backend_create_args {
+    uint32_t struct_size;
+    int32_t device_index;
+    /* Never NULL: the core's thread pool or the host's job system. Calls fn over [0, n). */
+    wkv_parallel_for_fn parallel_for;
+    void* parallel_for_user_data;
+    int32_t num_threads; /* how many workers parallel_for may use (a hint for splitting) */
+} wkv_backend_create_args;
+
+typedef struct wkv_backend_iface {
+    uint32_t abi_version; /* WKV_BACKEND_ABI_VERSION the backend was built against */
+    uint32_t struct_size; /* sizeof(wkv_backend_iface) it was built with */
+    wkv_backend kind;
+    const char* name;
+
+    /* Fills out->available/reason/device_count/ops/dtypes/decay_forms/head sizes. Must be cheap
+     * after the first call and must not fail hard when the driver is missing: it sets
+     * available = 0 and a reason instead. out->struct_size, backend and name are set by the
+     * core. */
+    void (*probe)(wkv_backend_info* out);
+    /* Optional (NULL = no per-device info). */
+    wkv_status (*device_info)(int32_t index, wkv_device_info* out, wkv_message* msg);
+
+    wkv_status (*create)(const wkv_backend_create_args* args, void** out_state, wkv_message* msg);
+    void (*destroy)(void* state); /* accepts NULL */
+
+    /* The workspace wkv_backward needs for p (p->backward == 1), in bytes; may return
+     * WKV_ERROR_UNSUPPORTED with a message. */
+    wkv_status (*workspace_size)(void* state, const wkv_problem* p, size_t* out_bytes,
+                                 wkv_message* msg);
+    wkv_status (*forward)(void* state, const wkv_problem* p, wkv_message* msg);
+    wkv_status (*backward)(void* state, const wkv_problem* p, wkv_message* msg);
+} wkv_backend_iface;
+
+/* A plugin's single export. Returns NULL when it cannot serve a core of this ABI version. */
+typedef const wkv_backend_iface* (*wkv_plugin_entry_fn)(uint32_t core_abi_version);
+#define WKV_PLUGIN_ENTRY_SYMBOL "wkv_plugin_entry"
+
+/* Element size in bytes. */
+static inline int64_t wkv_elem_size(wkv_elem e) { return e == WKV_ELEM_F32 ? 4 : 2; }
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WKV_SRC_BACKEND_H */
