@@ -5,11 +5,13 @@
  * ============================================================================ USAGE
  *
  *   wkv_context* ctx = NULL;
- *   wkv_context_options opt = {sizeof opt};       // zeroed = defaults: AUTO backend
+ *   wkv_context_options opt = {0};                 // zeroed = defaults: AUTO backend
+ *   opt.struct_size = sizeof opt;
  *   if (wkv_context_create(&opt, &ctx) != WKV_OK) { puts(wkv_last_error(NULL)); ... }
  *
  *   int64_t shape[4] = {B, T, H, N};               // every per-token tensor is [B,T,H,N]
- *   wkv_forward_desc f = {sizeof f};
+ *   wkv_forward_desc f = {0};
+ *   f.struct_size = sizeof f;
  *   f.op = WKV_OP_RWKV7;  f.decay_form = WKV_DECAY_CLAMPW;
  *   f.r = wkv_tensor_make(r_ptr, WKV_DTYPE_F32, 4, shape);   // contiguous host tensor
  *   ...  same for w, k, v, a, b and the output y

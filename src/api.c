@@ -1,0 +1,355 @@
+/* The exported entry points: contexts, the ops, introspection. Each one validates through
+ * validate.c, runs the backend, and records the outcome (status, message, log). */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "message.h"
+#include "registry.h"
+#include "thread_pool.h"
+#include "validate.h"
+
+struct wkv_context {
+    const wkv_backend_iface* iface;
+    void* backend_state;
+    wkv_target target;
+    wkv_thread_pool* pool; /* NULL when the host's parallel_for is used */
+    wkv_log_fn log;
+    void* log_user_data;
+    wkv_log_level log_level;
+    atomic_int busy;
+    int lost; /* the device failed: only destroy is allowed */
+    char last_error[sizeof(((wkv_message*)0)->text) + 64];
+};
+
+/* The message of the last failing context-free call on this thread. */
+static _Thread_local char tls_last_error[sizeof(((wkv_message*)0)->text) + 64];
+
+static void emit_log(wkv_log_fn log, void* user, wkv_log_level max, wkv_log_level level,
+                     const char* fmt, ...) WKV_PRINTF(5, 6);
+static void emit_log(wkv_log_fn log, void* user, wkv_log_level max, wkv_log_level level,
+                     const char* fmt, ...) {
+    if (!log || level > max) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    log(user, level, line);
+}
+
+/* Context-free failure: thread-local message. */
+static wkv_status fail_free(wkv_status st, const char* fmt, ...) WKV_PRINTF(2, 3);
+static wkv_status fail_free(wkv_status st, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tls_last_error, sizeof tls_last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* Records the outcome of a call on ctx and logs a failure. */
+static wkv_status finish(wkv_context* ctx, const char* fn, wkv_status st, const wkv_message* msg) {
+    if (st == WKV_OK) {
+        ctx->last_error[0] = '\0';
+        return st;
+    }
+    if (st == WKV_ERROR_DEVICE_LOST) ctx->lost = 1;
+    snprintf(ctx->last_error, sizeof ctx->last_error, "%s: %s", fn,
+             msg->text[0] ? msg->text : wkv_status_string(st));
+    emit_log(ctx->log, ctx->log_user_data, ctx->log_level, WKV_LOG_ERROR, "%s", ctx->last_error);
+    return st;
+}
+
+/* Claims the context for one call; a concurrent second call gets WKV_ERROR_BUSY. */
+static wkv_status enter(wkv_context* ctx, const char* fn) {
+    if (!ctx) return fail_free(WKV_ERROR_NULL_POINTER, "%s: ctx is NULL", fn);
+    if (atomic_exchange(&ctx->busy, 1))
+        return fail_free(WKV_ERROR_BUSY,
+                         "%s: another call is running on this context (a context is externally "
+                         "synchronised; use one context per thread)", fn);
+    if (ctx->lost) {
+        atomic_store(&ctx->busy, 0);
+        wkv_message m;
+        snprintf(m.text, sizeof m.text, "the device was lost earlier; destroy this context");
+        return finish(ctx, fn, WKV_ERROR_DEVICE_LOST, &m);
+    }
+    return WKV_OK;
+}
+
+static void leave(wkv_context* ctx) { atomic_store(&ctx->busy, 0); }
+
+/* ------------------------------------------------------------------------------ contexts */
+
+static int parse_backend_env(const char* s, wkv_backend* out) {
+    if (!strcasecmp(s, "cpu")) *out = WKV_BACKEND_CPU;
+    else if (!strcasecmp(s, "cuda")) *out = WKV_BACKEND_CUDA;
+    else if (!strcasecmp(s, "vulkan")) *out = WKV_BACKEND_VULKAN;
+    else if (!strcasecmp(s, "auto")) *out = WKV_BACKEND_AUTO;
+    else return 0;
+    return 1;
+}
+
+static int32_t default_threads(void) {
+    const char* env = getenv("WKV_NUM_THREADS");
+    if (env && *env) {
+        long n = strtol(env, NULL, 10);
+        if (n >= 1 && n <= 1024) return (int32_t)n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n >= 1 ? (int32_t)(n > 1024 ? 1024 : n) : 1;
+}
+
+/* Picks the backend: the caller's (or WKV_BACKEND's) choice, or the first available of
+ * CUDA > Vulkan > CPU. Logs the choice and each fallback. */
+static wkv_status choose_backend(const wkv_context_options* o, wkv_backend* out,
+                                 const wkv_backend_iface** iface) {
+    wkv_backend want = o->backend;
+    const char* env = getenv("WKV_BACKEND");
+    if (env && *env) {
+        wkv_backend forced;
+        if (!parse_backend_env(env, &forced))
+            return fail_free(WKV_ERROR_INVALID_ARGUMENT,
+                             "wkv_context_create: WKV_BACKEND=%s: expected cpu, cuda, vulkan or auto", env);
+        if (forced != want)
+            emit_log(o->log, o->log_user_data, o->log_level, WKV_LOG_INFO,
+                     "WKV_BACKEND=%s overrides the requested backend %s", env, wkv_backend_name(want));
+        want = forced;
+    }
+    const char* why = NULL;
+    if (want != WKV_BACKEND_AUTO) {
+        *iface = wkv_registry_get(want, &why);
+        if (!*iface)
+            return fail_free(WKV_ERROR_BACKEND_UNAVAILABLE,
+                             "wkv_context_create: backend %s is unavailable: %s", wkv_backend_name(want), why);
+        *out = want;
+        emit_log(o->log, o->log_user_data, o->log_level, WKV_LOG_INFO, "backend %s (%s)",
+                 wkv_backend_name(want), why);
+        return WKV_OK;
+    }
+    static const wkv_backend order[] = {WKV_BACKEND_CUDA, WKV_BACKEND_VULKAN, WKV_BACKEND_CPU};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; ++i) {
+        *iface = wkv_registry_get(order[i], &why);
+        if (*iface) {
+            *out = order[i];
+            emit_log(o->log, o->log_user_data, o->log_level, WKV_LOG_INFO, "backend auto: chose %s (%s)",
+                     wkv_backend_name(order[i]), why);
+            return WKV_OK;
+        }
+        emit_log(o->log, o->log_user_data, o->log_level, WKV_LOG_INFO, "backend auto: %s unavailable: %s",
+                 wkv_backend_name(order[i]), why);
+    }
+    return fail_free(WKV_ERROR_INTERNAL, "wkv_context_create: no backend is available, not even cpu");
+}
+
+wkv_status wkv_context_create(const wkv_context_options* options, wkv_context** out) {
+    tls_last_error[0] = '\0';
+    if (!out) return fail_free(WKV_ERROR_NULL_POINTER, "wkv_context_create: out is NULL");
+    *out = NULL;
+    wkv_context_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    if (options) {
+        wkv_message m;
+        wkv_status st = wkv_check_struct_size(options, sizeof o, "options", &m);
+        if (st) return fail_free(st, "wkv_context_create: %s", m.text);
+        memcpy(&o, options, sizeof o);
+    }
+    if (o.log_level == 0) o.log_level = WKV_LOG_WARN;
+    if (o.log_level < WKV_LOG_ERROR || o.log_level > WKV_LOG_DEBUG)
+        return fail_free(WKV_ERROR_INVALID_ARGUMENT, "wkv_context_create: options->log_level is %d",
+                         (int)o.log_level);
+    if ((int)o.backend < WKV_BACKEND_AUTO || (int)o.backend >= WKV_BACKEND_COUNT_)
+        return fail_free(WKV_ERROR_INVALID_ARGUMENT,
+                         "wkv_context_create: options->backend is %d: expected a wkv_backend (0..3)",
+                         (int)o.backend);
+    if (o.device_index < 0)
+        return fail_free(WKV_ERROR_INVALID_ARGUMENT, "wkv_context_create: options->device_index is %d",
+                         (int)o.device_index);
+    if (o.cpu_threads < 0 || o.cpu_threads > 1024)
+        return fail_free(WKV_ERROR_INVALID_ARGUMENT,
+                         "wkv_context_create: options->cpu_threads is %d: expected 0 (all cores) to 1024",
+                         (int)o.cpu_threads);
+    if (!o.parallel_for && o.parallel_for_user_data)
+        return fail_free(WKV_ERROR_INVALID_ARGUMENT,
+                         "wkv_context_create: options->parallel_for_user_data is set without parallel_for");
+
+    wkv_backend kind = WKV_BACKEND_CPU;
+    const wkv_backend_iface* iface = NULL;
+    wkv_status st = choose_backend(&o, &kind, &iface);
+    if (st) return st;
+
+    wkv_context* ctx = (wkv_context*)calloc(1, sizeof *ctx);
+    if (!ctx) return fail_free(WKV_ERROR_OUT_OF_MEMORY, "wkv_context_create: out of memory");
+    ctx->iface = iface;
+    ctx->target.backend = kind;
+    ctx->target.device_index = o.device_index;
+    ctx->log = o.log;
+    ctx->log_user_data = o.log_user_data;
+    ctx->log_level = o.log_level;
+    atomic_init(&ctx->busy, 0);
+
+    wkv_backend_create_args args;
+    memset(&args, 0, sizeof args);
+    args.struct_size = sizeof args;
+    args.device_index = o.device_index;
+    if (o.parallel_for) {
+        args.parallel_for = o.parallel_for;
+        args.parallel_for_user_data = o.parallel_for_user_data;
+        args.num_threads = o.cpu_threads > 0 ? o.cpu_threads : default_threads();
+    } else {
+        /* GPU backends only use the host thread for set-up: give them a pool of one. */
+        args.num_threads = kind == WKV_BACKEND_CPU ? (o.cpu_threads > 0 ? o.cpu_threads : default_threads()) : 1;
+        ctx->pool = wkv_thread_pool_create(args.num_threads);
+        if (!ctx->pool) {
+            free(ctx);
+            return fail_free(WKV_ERROR_OUT_OF_MEMORY, "wkv_context_create: cannot start %d CPU threads",
+                             (int)args.num_threads);
+        }
+        args.parallel_for = wkv_thread_pool_parallel_for;
+        args.parallel_for_user_data = ctx->pool;
+    }
+    wkv_message m;
+    m.text[0] = '\0';
+    st = iface->create(&args, &ctx->backend_state, &m);
+    if (st) {
+        wkv_thread_pool_destroy(ctx->pool);
+        free(ctx);
+        return fail_free(st, "wkv_context_create: backend %s: %s", wkv_backend_name(kind),
+                         m.text[0] ? m.text : wkv_status_string(st));
+    }
+    emit_log(ctx->log, ctx->log_user_data, ctx->log_level, WKV_LOG_DEBUG,
+             "context on %s, device %d, %d CPU thread(s)%s", wkv_backend_name(kind), (int)o.device_index,
+             (int)args.num_threads, o.parallel_for ? " (host parallel_for)" : "");
+    *out = ctx;
+    return WKV_OK;
+}
+
+void wkv_context_destroy(wkv_context* ctx) {
+    if (!ctx) return;
+    ctx->iface->destroy(ctx->backend_state);
+    wkv_thread_pool_destroy(ctx->pool);
+    free(ctx);
+}
+
+wkv_backend wkv_context_backend(const wkv_context* ctx) {
+    return ctx ? ctx->target.backend : WKV_BACKEND_AUTO;
+}
+
+const char* wkv_last_error(const wkv_context* ctx) { return ctx ? ctx->last_error : tls_last_error; }
+
+/* ----------------------------------------------------------------------------- the ops */
+
+wkv_status wkv_forward(wkv_context* ctx, const wkv_forward_desc* desc) {
+    wkv_status st = enter(ctx, "wkv_forward");
+    if (st) return st;
+    wkv_problem p;
+    wkv_message m;
+    m.text[0] = '\0';
+    st = wkv_validate_forward(&ctx->target, desc, &p, &m);
+    if (!st) st = ctx->iface->forward(ctx->backend_state, &p, &m);
+    st = finish(ctx, "wkv_forward", st, &m);
+    leave(ctx);
+    return st;
+}
+
+/* Validates a backward descriptor and asks the backend for its workspace size. */
+static wkv_status prepare_backward(wkv_context* ctx, const wkv_backward_desc* desc, wkv_problem* p,
+                                   wkv_spans* spans, size_t* needed, wkv_message* m) {
+    wkv_status st = wkv_validate_backward(&ctx->target, desc, p, spans, m);
+    if (st) return st;
+    return ctx->iface->workspace_size(ctx->backend_state, p, needed, m);
+}
+
+wkv_status wkv_backward(wkv_context* ctx, const wkv_backward_desc* desc) {
+    wkv_status st = enter(ctx, "wkv_backward");
+    if (st) return st;
+    wkv_problem p;
+    wkv_spans spans;
+    wkv_message m;
+    m.text[0] = '\0';
+    size_t needed = 0;
+    st = prepare_backward(ctx, desc, &p, &spans, &needed, &m);
+    if (!st) st = wkv_validate_workspace(desc, &spans, needed, &m);
+    if (!st) st = ctx->iface->backward(ctx->backend_state, &p, &m);
+    st = finish(ctx, "wkv_backward", st, &m);
+    leave(ctx);
+    return st;
+}
+
+wkv_status wkv_workspace_size(wkv_context* ctx, size_t* out_bytes, const wkv_backward_desc* desc) {
+    wkv_status st = enter(ctx, "wkv_workspace_size");
+    if (st) return st;
+    wkv_problem p;
+    wkv_spans spans;
+    wkv_message m;
+    m.text[0] = '\0';
+    size_t needed = 0;
+    if (!out_bytes) st = wkv_fail(&m, WKV_ERROR_NULL_POINTER, "out_bytes is NULL");
+    else st = prepare_backward(ctx, desc, &p, &spans, &needed, &m);
+    if (!st) *out_bytes = needed;
+    st = finish(ctx, "wkv_workspace_size", st, &m);
+    leave(ctx);
+    return st;
+}
+
+/* ------------------------------------------------------------------------- introspection */
+
+static wkv_status check_kind(const char* fn, wkv_backend backend) {
+    if (backend != WKV_BACKEND_CPU && backend != WKV_BACKEND_CUDA && backend != WKV_BACKEND_VULKAN)
+        return fail_free(WKV_ERROR_INVALID_ARGUMENT,
+                         "%s: backend is %d: expected WKV_BACKEND_CPU, _CUDA or _VULKAN", fn, (int)backend);
+    return WKV_OK;
+}
+
+wkv_status wkv_backend_get_info(wkv_backend backend, wkv_backend_info* out) {
+    tls_last_error[0] = '\0';
+    if (!out) return fail_free(WKV_ERROR_NULL_POINTER, "wkv_backend_get_info: out is NULL");
+    if (out->struct_size < sizeof *out)
+        return fail_free(WKV_ERROR_STRUCT_SIZE,
+                         "wkv_backend_get_info: out->struct_size is %zu, expected %zu", out->struct_size,
+                         sizeof *out);
+    wkv_status st = check_kind("wkv_backend_get_info", backend);
+    if (st) return st;
+    wkv_registry_info(backend, out);
+    return WKV_OK;
+}
+
+wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_device_info* out) {
+    tls_last_error[0] = '\0';
+    if (!out) return fail_free(WKV_ERROR_NULL_POINTER, "wkv_device_get_info: out is NULL");
+    if (out->struct_size < sizeof *out)
+        return fail_free(WKV_ERROR_STRUCT_SIZE, "wkv_device_get_info: out->struct_size is %zu, expected %zu",
+                         out->struct_size, sizeof *out);
+    wkv_status st = check_kind("wkv_device_get_info", backend);
+    if (st) return st;
+    const char* why = NULL;
+    const wkv_backend_iface* iface = wkv_registry_get(backend, &why);
+    if (!iface)
+        return fail_free(WKV_ERROR_BACKEND_UNAVAILABLE, "wkv_device_get_info: backend %s is unavailable: %s",
+                         wkv_backend_name(backend), why);
+    wkv_backend_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    wkv_registry_info(backend, &info);
+    if (index < 0 || index >= info.device_count)
+        return fail_free(WKV_ERROR_INVALID_ARGUMENT, "wkv_device_get_info: index %d, backend %s has %d device(s)",
+                         (int)index, wkv_backend_name(backend), (int)info.device_count);
+    size_t keep = out->struct_size;
+    memset(out, 0, sizeof *out);
+    out->struct_size = keep;
+    if (!iface->device_info) {
+        snprintf(out->name, sizeof out->name, "%s device %d", wkv_backend_name(backend), (int)index);
+        return WKV_OK;
+    }
+    wkv_message m;
+    m.text[0] = '\0';
+    st = iface->device_info(index, out, &m);
+    out->struct_size = keep;
+    if (st) return fail_free(st, "wkv_device_get_info: %s", m.text[0] ? m.text : wkv_status_string(st));
+    return WKV_OK;
+}

@@ -1,0 +1,536 @@
+#include "validate.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "message.h"
+#include "registry.h"
+
+/* ------------------------------------------------------------------------ struct sizes */
+
+enum { WKV_MAX_STRUCT_SIZE = 1 << 16 };
+
+wkv_status wkv_check_struct_size(const void* s, size_t known, const char* name, wkv_message* msg) {
+    size_t size;
+    memcpy(&size, s, sizeof size);
+    if (size < known)
+        return wkv_fail(msg, WKV_ERROR_STRUCT_SIZE,
+                        "%s->struct_size is %zu; this libwkv %s needs %zu (set it to sizeof(*%s))",
+                        name, size, wkv_version_string(), known, name);
+    if (size > WKV_MAX_STRUCT_SIZE)
+        return wkv_fail(msg, WKV_ERROR_STRUCT_SIZE, "%s->struct_size is %zu: not a struct size",
+                        name, size);
+    const unsigned char* bytes = (const unsigned char*)s;
+    for (size_t i = known; i < size; ++i)
+        if (bytes[i] != 0)
+            return wkv_fail(msg, WKV_ERROR_STRUCT_SIZE,
+                            "%s has fields set beyond the %zu bytes this libwkv %s knows (struct_size "
+                            "%zu): a newer header's feature this library does not have",
+                            name, known, wkv_version_string(), size);
+    return WKV_OK;
+}
+
+/* ------------------------------------------------------------------------ one tensor */
+
+/* How a tensor's dims map onto the four axes of its wkv_view (see backend.h); -1 = unused. */
+typedef struct tensor_rule {
+    int ndim;
+    int64_t shape[4];
+    int8_t view_axis[4];
+    int state; /* float32 only, 1 */
+    int output;
+} tensor_rule;
+
+typedef struct checker {
+    const wkv_target* target;
+    wkv_message* msg;
+    wkv_spans* spans;
+    char name[48]; /* the argument being checked, e.g. "desc->forward->r" */
+} checker;
+
+static int dtype_to_elem(wkv_dtype d, wkv_elem* e) {
+    if (d.lanes != 1) return 0;
+    if (d.code == WKV_DTYPE_CODE_FLOAT && d.bits == 32) *e = WKV_ELEM_F32;
+    else if (d.code == WKV_DTYPE_CODE_FLOAT && d.bits == 16) *e = WKV_ELEM_F16;
+    else if (d.code == WKV_DTYPE_CODE_BFLOAT && d.bits == 16) *e = WKV_ELEM_BF16;
+    else return 0;
+    return 1;
+}
+
+static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
+
+/* An output must not write one element twice: sorted by |stride|, every stride must step over
+ * everything the smaller ones reach. */
+static int self_overlaps(int ndim, const int64_t* shape, const int64_t* stride) {
+    int order[4];
+    for (int d = 0; d < ndim; ++d) order[d] = d;
+    for (int a = 1; a < ndim; ++a)
+        for (int b = a; b > 0 && abs64(stride[order[b]]) < abs64(stride[order[b - 1]]); --b) {
+            int tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+    int64_t reach = 0; /* largest element offset the smaller axes reach */
+    for (int k = 0; k < ndim; ++k) {
+        int d = order[k];
+        if (shape[d] == 1) continue;
+        if (abs64(stride[d]) <= reach) return 1;
+        reach += (shape[d] - 1) * abs64(stride[d]); /* cannot overflow: checked by the caller */
+    }
+    return 0;
+}
+
+static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rule* rule,
+                               wkv_view* out) {
+    wkv_message* msg = c->msg;
+    const char* n = c->name;
+    if (!t->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%s.data is NULL", n);
+    if (t->ndim != rule->ndim)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "%s.ndim is %d, expected %d", n, (int)t->ndim, rule->ndim);
+    if (!t->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%s.shape is NULL", n);
+    for (int d = 0; d < rule->ndim; ++d)
+        if (t->shape[d] != rule->shape[d])
+            return wkv_fail(msg, WKV_ERROR_SHAPE, "%s.shape[%d] is %lld, expected %lld", n, d,
+                            (long long)t->shape[d], (long long)rule->shape[d]);
+    wkv_elem elem;
+    if (!dtype_to_elem(t->dtype, &elem))
+        return wkv_fail(msg, WKV_ERROR_DTYPE,
+                        "%s.dtype (code %u, bits %u, lanes %u) is not float32, float16 or bfloat16",
+                        n, t->dtype.code, t->dtype.bits, t->dtype.lanes);
+    if (rule->state && elem != WKV_ELEM_F32)
+        return wkv_fail(msg, WKV_ERROR_DTYPE, "%s must be float32 (the state is always float32)", n);
+    if (!wkv_backend_accepts_device(c->target->backend, t->device.type))
+        return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH,
+                        "%s.device.type is %d, which the %s backend cannot read (see wkv_device_type)",
+                        n, (int)t->device.type, wkv_backend_name(c->target->backend));
+    if (t->device.type != WKV_DEVICE_CPU && t->device.type != WKV_DEVICE_CUDA_HOST &&
+        t->device.id != c->target->device_index)
+        return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH, "%s is on device %d, the context on device %d",
+                        n, (int)t->device.id, (int)c->target->device_index);
+
+    /* strides in elements (contiguous when NULL), and the byte span they reach */
+    int64_t stride[4];
+    int64_t contiguous = 1;
+    for (int d = rule->ndim - 1; d >= 0; --d) {
+        stride[d] = t->strides ? t->strides[d] : contiguous;
+        if (__builtin_mul_overflow(contiguous, t->shape[d], &contiguous))
+            return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s has more elements than fit in int64", n);
+    }
+    int64_t es = wkv_elem_size(elem);
+    int64_t lo = 0, hi = 0; /* element offsets reached, relative to the first element */
+    for (int d = 0; d < rule->ndim; ++d) {
+        int64_t reach;
+        if (stride[d] == INT64_MIN || __builtin_mul_overflow(t->shape[d] - 1, stride[d], &reach) ||
+            __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
+            return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s.strides[%d] = %lld overflows the byte offsets",
+                            n, d, (long long)stride[d]);
+    }
+    int64_t lo_bytes, hi_bytes;
+    if (__builtin_mul_overflow(lo, es, &lo_bytes) || __builtin_mul_overflow(hi, es, &hi_bytes) ||
+        __builtin_add_overflow(hi_bytes, es, &hi_bytes) || lo_bytes == INT64_MIN ||
+        t->byte_offset > (uint64_t)INT64_MAX)
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s spans more bytes than fit in int64", n);
+    uintptr_t base = (uintptr_t)t->data, first, span_lo, span_hi;
+    if (__builtin_add_overflow(base, (uintptr_t)t->byte_offset, &first) ||
+        (uintptr_t)(-lo_bytes) > first ||
+        __builtin_add_overflow(first, (uintptr_t)hi_bytes, &span_hi))
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s: data + byte_offset + strides wrap the address space", n);
+    span_lo = first - (uintptr_t)(-lo_bytes);
+    if (rule->output && self_overlaps(rule->ndim, t->shape, stride))
+        return wkv_fail(msg, WKV_ERROR_ALIASING,
+                        "%s is an output whose strides make elements overlap (a zero or too small stride)", n);
+
+    out->data = (char*)first;
+    out->elem = elem;
+    for (int a = 0; a < 4; ++a) out->stride[a] = 0;
+    for (int d = 0; d < rule->ndim; ++d) out->stride[rule->view_axis[d]] = stride[d];
+
+    if (c->spans->count == WKV_MAX_SPANS)
+        return wkv_fail(msg, WKV_ERROR_INTERNAL, "too many tensors for the aliasing check");
+    wkv_span* s = &c->spans->span[c->spans->count++];
+    memcpy(s->name, c->name, sizeof s->name);
+    s->role = -1; /* set by check_named */
+    s->lo = span_lo;
+    s->hi = span_hi;
+    s->output = rule->output;
+    s->tensor = t;
+    return WKV_OK;
+}
+
+/* ------------------------------------------------------------------------ the ops */
+
+enum { AX_B = 0, AX_T = 1, AX_H = 2, AX_N = 3 };
+
+typedef struct op_shape {
+    int64_t B, T, H, N; /* RWKV-4: H = 1, N = C */
+    int64_t S;          /* state slots: num_seqs when packed, else B */
+} op_shape;
+
+/* Names of the tensors, with storage that outlives the spans. */
+static const char* const k_names[] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
+                                      "state_out", "dy", "dstate_out", "dr", "dw", "dk", "dv",
+                                      "da", "db", "du", "dstate_in"};
+enum { N_R, N_W, N_K, N_V, N_A, N_B, N_U, N_Y, N_SIN, N_SOUT, N_DY, N_DSOUT, N_DR, N_DW, N_DK,
+       N_DV, N_DA, N_DB, N_DU, N_DSIN };
+
+static wkv_status check_named(checker* c, const char* prefix, int name, const wkv_tensor* t,
+                              const tensor_rule* rule, wkv_view* out) {
+    snprintf(c->name, sizeof c->name, "%s%s", prefix, k_names[name]);
+    wkv_status st = check_tensor(c, t, rule, out);
+    if (st == WKV_OK) c->spans->span[c->spans->count - 1].role = name;
+    return st;
+}
+
+static wkv_status check_absent(checker* c, const char* prefix, int name, const wkv_tensor* t,
+                               wkv_op op) {
+    if (t->data)
+        return wkv_fail(c->msg, WKV_ERROR_INVALID_ARGUMENT,
+                        "%s%s must be absent (data = NULL): op %d does not use it", prefix,
+                        k_names[name], (int)op);
+    return WKV_OK;
+}
+
+/* Rules for each role, given the resolved shape. */
+static tensor_rule token_rule(wkv_op op, const op_shape* s, int output) {
+    tensor_rule r;
+    memset(&r, 0, sizeof r);
+    r.output = output;
+    if (op == WKV_OP_RWKV4) {
+        r.ndim = 3;
+        r.shape[0] = s->B, r.shape[1] = s->T, r.shape[2] = s->N;
+        r.view_axis[0] = AX_B, r.view_axis[1] = AX_T, r.view_axis[2] = AX_N;
+    } else {
+        r.ndim = 4;
+        r.shape[0] = s->B, r.shape[1] = s->T, r.shape[2] = s->H, r.shape[3] = s->N;
+        for (int d = 0; d < 4; ++d) r.view_axis[d] = (int8_t)d;
+    }
+    return r;
+}
+
+/* RWKV-6 u [H,N]; RWKV-4 w and u [C]. */
+static tensor_rule param_rule(wkv_op op, const op_shape* s, int output) {
+    tensor_rule r;
+    memset(&r, 0, sizeof r);
+    r.output = output;
+    if (op == WKV_OP_RWKV4) {
+        r.ndim = 1;
+        r.shape[0] = s->N;
+        r.view_axis[0] = AX_N;
+    } else {
+        r.ndim = 2;
+        r.shape[0] = s->H, r.shape[1] = s->N;
+        r.view_axis[0] = AX_H, r.view_axis[1] = AX_N;
+    }
+    return r;
+}
+
+static tensor_rule state_rule(wkv_op op, uint32_t flags, const op_shape* s, int output) {
+    tensor_rule r;
+    memset(&r, 0, sizeof r);
+    r.output = output;
+    r.state = 1;
+    if (op == WKV_OP_RWKV4) {
+        /* view axes: [s, part, -, c] */
+        r.ndim = 3;
+        r.shape[0] = s->S;
+        r.view_axis[0] = 0;
+        if (flags & WKV_FLAG_RWKV4_STATE_INTERLEAVED) {
+            r.shape[1] = s->N, r.shape[2] = 3;
+            r.view_axis[1] = 3, r.view_axis[2] = 1;
+        } else {
+            r.shape[1] = 3, r.shape[2] = s->N;
+            r.view_axis[1] = 1, r.view_axis[2] = 3;
+        }
+    } else {
+        /* view axes: [s, h, i (value), j (key)] */
+        r.ndim = 4;
+        r.shape[0] = s->S, r.shape[1] = s->H, r.shape[2] = s->N, r.shape[3] = s->N;
+        r.view_axis[0] = 0, r.view_axis[1] = 1;
+        int key_major = (flags & WKV_FLAG_STATE_KEY_MAJOR) != 0;
+        r.view_axis[2] = (int8_t)(key_major ? 3 : 2);
+        r.view_axis[3] = (int8_t)(key_major ? 2 : 3);
+    }
+    return r;
+}
+
+/* Which per-op tensors exist: bit per name. */
+static uint32_t op_inputs(wkv_op op) {
+    switch (op) {
+    case WKV_OP_RWKV7: return 1u << N_R | 1u << N_W | 1u << N_K | 1u << N_V | 1u << N_A | 1u << N_B;
+    case WKV_OP_RWKV6: return 1u << N_R | 1u << N_W | 1u << N_K | 1u << N_V | 1u << N_U;
+    case WKV_OP_RWKV4: return 1u << N_W | 1u << N_K | 1u << N_V | 1u << N_U;
+    default: return 0;
+    }
+}
+
+static int is_param(wkv_op op, int name) {
+    return name == N_U || (op == WKV_OP_RWKV4 && name == N_W);
+}
+
+static const wkv_tensor* input_of(const wkv_forward_desc* d, int name) {
+    switch (name) {
+    case N_R: return &d->r;
+    case N_W: return &d->w;
+    case N_K: return &d->k;
+    case N_V: return &d->v;
+    case N_A: return &d->a;
+    case N_B: return &d->b;
+    default: return &d->u;
+    }
+}
+
+static wkv_view* input_view(wkv_problem* p, int name) {
+    switch (name) {
+    case N_R: return &p->r;
+    case N_W: return &p->w;
+    case N_K: return &p->k;
+    case N_V: return &p->v;
+    case N_A: return &p->a;
+    case N_B: return &p->b;
+    default: return &p->u;
+    }
+}
+
+static const wkv_tensor* grad_of(const wkv_backward_desc* d, int name) {
+    switch (name) {
+    case N_R: return &d->dr;
+    case N_W: return &d->dw;
+    case N_K: return &d->dk;
+    case N_V: return &d->dv;
+    case N_A: return &d->da;
+    case N_B: return &d->db;
+    default: return &d->du;
+    }
+}
+
+static wkv_view* grad_view(wkv_problem* p, int name) {
+    switch (name) {
+    case N_R: return &p->dr;
+    case N_W: return &p->dw;
+    case N_K: return &p->dk;
+    case N_V: return &p->dv;
+    case N_A: return &p->da;
+    case N_B: return &p->db;
+    default: return &p->du;
+    }
+}
+
+static wkv_status check_outputs_alias(const wkv_spans* spans, wkv_message* msg) {
+    for (int i = 0; i < spans->count; ++i) {
+        const wkv_span* o = &spans->span[i];
+        if (!o->output) continue;
+        for (int j = 0; j < spans->count; ++j) {
+            const wkv_span* x = &spans->span[j];
+            if (i == j || (x->output && j < i)) continue; /* each output pair once */
+            if (o->hi <= x->lo || x->hi <= o->lo) continue;
+            /* state_out may be exactly state_in: same memory, same layout */
+            const wkv_tensor* a = o->tensor;
+            const wkv_tensor* b = x->tensor;
+            int same = a->data == b->data && a->byte_offset == b->byte_offset && a->ndim == b->ndim &&
+                       ((a->strides == NULL && b->strides == NULL) ||
+                        (a->strides && b->strides &&
+                         memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim) == 0));
+            int state_pair = (o->role == N_SOUT && x->role == N_SIN) ||
+                             (o->role == N_SIN && x->role == N_SOUT);
+            if (state_pair && same) continue;
+            return wkv_fail(msg, WKV_ERROR_ALIASING, "%s overlaps %s in memory%s", o->name, x->name,
+                            state_pair ? " (state_out may alias state_in only exactly: same data, "
+                                         "offset and strides)"
+                                       : "");
+        }
+    }
+    return WKV_OK;
+}
+
+/* Checks the op, form, flags, packing and every forward input; fills p and the spans.
+ * With for_backward, y and state_out are not looked at. */
+static wkv_status check_forward(checker* c, const wkv_forward_desc* d, const char* prefix,
+                                int for_backward, wkv_problem* p, op_shape* s) {
+    wkv_message* msg = c->msg;
+    char sname[64];
+    snprintf(sname, sizeof sname, "%.*s", (int)strlen(prefix) - 2, prefix); /* "desc", "desc->forward" */
+    wkv_status st = wkv_check_struct_size(d, sizeof *d, sname, msg);
+    if (st) return st;
+    if (op_inputs(d->op) == 0)
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
+                        "%sop is %d: expected WKV_OP_RWKV4 (4), WKV_OP_RWKV6 (6) or WKV_OP_RWKV7 (7)",
+                        prefix, (int)d->op);
+    if (d->decay_form < WKV_DECAY_DIRECT || d->decay_form > WKV_DECAY_CLAMPW)
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
+                        "%sdecay_form is %d: expected a wkv_decay_form (1..4; 0 means not set)", prefix,
+                        (int)d->decay_form);
+    if (d->op == WKV_OP_RWKV4 && d->decay_form != WKV_DECAY_EXP_NEG_EXP)
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
+                        "%sdecay_form must be WKV_DECAY_EXP_NEG_EXP for WKV_OP_RWKV4 (its decay is "
+                        "exp(-exp(w)))", prefix);
+    uint32_t known = WKV_FLAG_STATE_KEY_MAJOR | WKV_FLAG_RWKV4_STATE_INTERLEAVED;
+    if (d->flags & ~known)
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT, "%sflags has unknown bits 0x%x", prefix,
+                        d->flags & ~known);
+    if (d->op == WKV_OP_RWKV4 && (d->flags & WKV_FLAG_STATE_KEY_MAJOR))
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
+                        "%sflags: WKV_FLAG_STATE_KEY_MAJOR does not apply to WKV_OP_RWKV4", prefix);
+    if (d->op != WKV_OP_RWKV4 && (d->flags & WKV_FLAG_RWKV4_STATE_INTERLEAVED))
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
+                        "%sflags: WKV_FLAG_RWKV4_STATE_INTERLEAVED applies to WKV_OP_RWKV4 only", prefix);
+
+    /* The shape comes from v (present in every op); everything else must agree. */
+    const wkv_tensor* v = &d->v;
+    int want_ndim = d->op == WKV_OP_RWKV4 ? 3 : 4;
+    if (!v->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%sv.data is NULL", prefix);
+    if (!v->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%sv.shape is NULL", prefix);
+    if (v->ndim != want_ndim)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "%sv.ndim is %d, expected %d (%s)", prefix, (int)v->ndim,
+                        want_ndim, want_ndim == 3 ? "[B,T,C]" : "[B,T,H,N]");
+    for (int i = 0; i < want_ndim; ++i)
+        if (v->shape[i] <= 0)
+            return wkv_fail(msg, WKV_ERROR_SHAPE, "%sv.shape[%d] is %lld: every size must be >= 1",
+                            prefix, i, (long long)v->shape[i]);
+    s->B = v->shape[0];
+    s->T = v->shape[1];
+    s->H = want_ndim == 3 ? 1 : v->shape[2];
+    s->N = v->shape[want_ndim - 1];
+    int64_t numel;
+    if (__builtin_mul_overflow(s->B, s->T, &numel) || __builtin_mul_overflow(numel, s->H, &numel) ||
+        __builtin_mul_overflow(numel, s->N, &numel) || numel > INT64_MAX / 4)
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%sv: B*T*H*N bytes overflow int64", prefix);
+    int64_t state_numel;
+    if (d->op != WKV_OP_RWKV4 &&
+        (__builtin_mul_overflow(s->N, s->N, &state_numel) ||
+         __builtin_mul_overflow(state_numel, s->H, &state_numel) || state_numel > INT64_MAX / 4))
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%sv: the state H*N*N overflows int64", prefix);
+
+    /* packing */
+    if (d->num_seqs < 0)
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "%snum_seqs is %lld: must be >= 0", prefix,
+                        (long long)d->num_seqs);
+    if (d->num_seqs == 0 && d->seq_offsets)
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
+                        "%sseq_offsets is set but num_seqs is 0 (set num_seqs to pack sequences)", prefix);
+    s->S = s->B;
+    if (d->num_seqs > 0) {
+        const int64_t* off = d->seq_offsets;
+        if (!off) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%sseq_offsets is NULL but num_seqs is %lld",
+                                  prefix, (long long)d->num_seqs);
+        if (s->B != 1)
+            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
+                            "%sv.shape[0] is %lld: packed sequences need B = 1 ([1, total_T, ...])", prefix,
+                            (long long)s->B);
+        if (off[0] != 0)
+            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "%sseq_offsets[0] is %lld, expected 0", prefix,
+                            (long long)off[0]);
+        for (int64_t i = 0; i < d->num_seqs; ++i)
+            if (off[i + 1] < off[i])
+                return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
+                                "%sseq_offsets[%lld] = %lld is less than seq_offsets[%lld] = %lld", prefix,
+                                (long long)(i + 1), (long long)off[i + 1], (long long)i, (long long)off[i]);
+        if (off[d->num_seqs] != s->T)
+            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
+                            "%sseq_offsets[%lld] is %lld but the total length T is %lld", prefix,
+                            (long long)d->num_seqs, (long long)off[d->num_seqs], (long long)s->T);
+        s->S = d->num_seqs;
+    }
+
+    memset(p, 0, sizeof *p);
+    p->op = d->op;
+    p->decay_form = d->decay_form;
+    p->flags = d->flags;
+    p->backward = for_backward;
+    p->B = s->B, p->T = s->T, p->H = s->H, p->N = s->N;
+    p->num_seqs = s->S;
+    p->seq_offsets = d->num_seqs > 0 ? d->seq_offsets : NULL;
+
+    uint32_t inputs = op_inputs(d->op);
+    for (int name = N_R; name <= N_U; ++name) {
+        const wkv_tensor* t = input_of(d, name);
+        if (!(inputs & (1u << name))) {
+            if ((st = check_absent(c, prefix, name, t, d->op))) return st;
+            continue;
+        }
+        tensor_rule rule = is_param(d->op, name) ? param_rule(d->op, s, 0) : token_rule(d->op, s, 0);
+        if ((st = check_named(c, prefix, name, t, &rule, input_view(p, name)))) return st;
+    }
+    if (d->state_in.data) {
+        tensor_rule rule = state_rule(d->op, d->flags, s, 0);
+        if ((st = check_named(c, prefix, N_SIN, &d->state_in, &rule, &p->state_in))) return st;
+    }
+    if (!for_backward) {
+        tensor_rule rule = token_rule(d->op, s, 1);
+        if ((st = check_named(c, prefix, N_Y, &d->y, &rule, &p->y))) return st;
+        if (d->state_out.data) {
+            rule = state_rule(d->op, d->flags, s, 1);
+            if ((st = check_named(c, prefix, N_SOUT, &d->state_out, &rule, &p->state_out))) return st;
+        }
+    }
+    return WKV_OK;
+}
+
+wkv_status wkv_validate_forward(const wkv_target* target, const wkv_forward_desc* desc,
+                                wkv_problem* out, wkv_message* msg) {
+    if (!desc) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc is NULL");
+    wkv_spans spans;
+    spans.count = 0;
+    checker c = {target, msg, &spans, {0}};
+    op_shape s;
+    wkv_status st = check_forward(&c, desc, "desc->", 0, out, &s);
+    if (st) return st;
+    return check_outputs_alias(&spans, msg);
+}
+
+wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_desc* desc,
+                                 wkv_problem* p, wkv_spans* spans, wkv_message* msg) {
+    if (!desc) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc is NULL");
+    wkv_status st = wkv_check_struct_size(desc, sizeof *desc, "desc", msg);
+    if (st) return st;
+    if (!desc->forward) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->forward is NULL");
+    spans->count = 0;
+    checker c = {target, msg, spans, {0}};
+    op_shape s;
+    const wkv_forward_desc* f = desc->forward;
+    if ((st = check_forward(&c, f, "desc->forward->", 1, p, &s))) return st;
+
+    tensor_rule rule = token_rule(f->op, &s, 0);
+    if ((st = check_named(&c, "desc->", N_DY, &desc->dy, &rule, &p->dy))) return st;
+    if (desc->dstate_out.data) {
+        rule = state_rule(f->op, f->flags, &s, 0);
+        if ((st = check_named(&c, "desc->", N_DSOUT, &desc->dstate_out, &rule, &p->dstate_out))) return st;
+    }
+    uint32_t inputs = op_inputs(f->op);
+    for (int name = N_R; name <= N_U; ++name) {
+        const wkv_tensor* g = grad_of(desc, name);
+        if (!(inputs & (1u << name))) {
+            if ((st = check_absent(&c, "desc->d", name, g, f->op))) return st;
+            continue;
+        }
+        rule = is_param(f->op, name) ? param_rule(f->op, &s, 1) : token_rule(f->op, &s, 1);
+        if ((st = check_named(&c, "desc->", name + (N_DR - N_R), g, &rule, grad_view(p, name)))) return st;
+    }
+    if (desc->dstate_in.data) {
+        rule = state_rule(f->op, f->flags, &s, 1);
+        if ((st = check_named(&c, "desc->", N_DSIN, &desc->dstate_in, &rule, &p->dstate_in))) return st;
+    }
+    if ((st = check_outputs_alias(spans, msg))) return st;
+    p->workspace = desc->workspace;
+    p->workspace_size = desc->workspace_size;
+    return WKV_OK;
+}
+
+wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans* spans,
+                                  size_t needed, wkv_message* msg) {
+    if (needed == 0) return WKV_OK;
+    if (!desc->workspace)
+        return wkv_fail(msg, WKV_ERROR_NULL_POINTER,
+                        "desc->workspace is NULL; this call needs %zu bytes (wkv_workspace_size)", needed);
+    if (desc->workspace_size < needed)
+        return wkv_fail(msg, WKV_ERROR_WORKSPACE_TOO_SMALL,
+                        "desc->workspace_size is %zu bytes; this call needs %zu (wkv_workspace_size)",
+                        desc->workspace_size, needed);
+    uintptr_t lo = (uintptr_t)desc->workspace, hi;
+    if (__builtin_add_overflow(lo, (uintptr_t)needed, &hi))
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "desc->workspace + its size wraps the address space");
+    for (int i = 0; i < spans->count; ++i)
+        if (!(hi <= spans->span[i].lo || spans->span[i].hi <= lo))
+            return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace overlaps %s", spans->span[i].name);
+    return WKV_OK;
+}

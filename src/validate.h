@@ -1,0 +1,44 @@
+/* Descriptor validation: the one place that checks what a caller passed. It turns a public
+ * descriptor into a wkv_problem (see backend.h) or returns a status with a message naming the
+ * argument. Nothing is written to any tensor here. */
+#ifndef WKV_SRC_VALIDATE_H
+#define WKV_SRC_VALIDATE_H
+
+#include "backend.h"
+
+/* Where the call will run: tensors must be in memory this backend can use. */
+typedef struct wkv_target {
+    wkv_backend backend;
+    int32_t device_index;
+} wkv_target;
+
+/* The byte ranges of every tensor of a call, for the aliasing checks. */
+enum { WKV_MAX_SPANS = 24 };
+typedef struct wkv_span {
+    char name[48];    /* the argument, e.g. "desc->forward->k" */
+    int role;         /* which tensor of the op (validate.c's names) */
+    uintptr_t lo, hi; /* [lo, hi) */
+    int output;
+    const wkv_tensor* tensor;
+} wkv_span;
+typedef struct wkv_spans {
+    wkv_span span[WKV_MAX_SPANS];
+    int count;
+} wkv_spans;
+
+wkv_status wkv_validate_forward(const wkv_target* target, const wkv_forward_desc* desc,
+                                wkv_problem* out, wkv_message* msg);
+/* Validates everything but the workspace size (the backend tells the size, see
+ * wkv_validate_workspace). */
+wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_desc* desc,
+                                 wkv_problem* out, wkv_spans* spans, wkv_message* msg);
+/* The workspace is present, large enough and overlaps no tensor of the problem. */
+wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans* spans,
+                                  size_t needed, wkv_message* msg);
+
+/* A struct whose first member is its size: older sizes than `known` are refused (this is the
+ * first version of every struct); newer, larger ones are accepted when the bytes this library
+ * does not know are all zero. */
+wkv_status wkv_check_struct_size(const void* s, size_t known, const char* name, wkv_message* msg);
+
+#endif

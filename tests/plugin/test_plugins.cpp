@@ -1,0 +1,129 @@
+// The plugin loader, end to end, in its own process (plugins load once per process). ctest
+// points WKV_PLUGIN_PATH at a directory holding two test plugins (see CMakeLists.txt):
+// libwkv_cuda.so carries the CPU kernels in the CUDA slot; libwkv_vulkan.so claims a backend
+// ABI from the future and must be refused.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "wkv/wkv.h"
+
+namespace {
+
+struct Logs {
+    std::vector<std::string> lines;
+    static void fn(void* user, wkv_log_level, const char* message) {
+        static_cast<Logs*>(user)->lines.push_back(message);
+    }
+    bool any(const std::string& needle) const {
+        for (const auto& l : lines)
+            if (l.find(needle) != std::string::npos) return true;
+        return false;
+    }
+};
+
+// A tiny RWKV-7 forward (B=1, T=3, H=1, N=2) on the given context, tensors marked as `device`.
+wkv_status run_forward(wkv_context* ctx, int32_t device, std::vector<float>& y) {
+    static const int64_t shape[4] = {1, 3, 1, 2};
+    static float r[6] = {0.1f, 0.2f, 0.3f, -0.1f, 0.5f, 0.4f};
+    static float w[6] = {0.9f, 0.8f, 0.7f, 0.95f, 0.6f, 0.99f};
+    static float k[6] = {0.3f, -0.2f, 0.1f, 0.4f, -0.5f, 0.2f};
+    static float v[6] = {1.0f, 0.5f, -0.5f, 0.25f, 0.75f, -1.0f};
+    static float a[6] = {-0.6f, -0.8f, 0.0f, -1.0f, -0.8f, 0.6f};
+    static float b[6] = {0.3f, 0.4f, 0.0f, 0.5f, 0.4f, -0.3f};
+    y.assign(6, NAN);
+    wkv_forward_desc f{};
+    f.struct_size = sizeof f;
+    f.op = WKV_OP_RWKV7;
+    f.decay_form = WKV_DECAY_DIRECT;
+    float* in[6] = {r, w, k, v, a, b};
+    wkv_tensor* t[6] = {&f.r, &f.w, &f.k, &f.v, &f.a, &f.b};
+    for (int i = 0; i < 6; ++i) {
+        *t[i] = wkv_tensor_make(in[i], WKV_DTYPE_F32, 4, shape);
+        t[i]->device.type = device;
+    }
+    f.y = wkv_tensor_make(y.data(), WKV_DTYPE_F32, 4, shape);
+    f.y.device.type = device;
+    return wkv_forward(ctx, &f);
+}
+
+}  // namespace
+
+TEST_CASE("a plugin is found on WKV_PLUGIN_PATH, loaded, and reported") {
+    wkv_backend_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(wkv_backend_get_info(WKV_BACKEND_CUDA, &info) == WKV_OK);
+    CHECK(info.available == 1);
+    CHECK(std::string(info.name) == "cuda");
+    CHECK(std::string(info.reason).find("loaded from") != std::string::npos);
+    CHECK(std::string(info.reason).find("libwkv_cuda.so") != std::string::npos);
+    CHECK((info.ops & (1u << WKV_OP_RWKV7)) != 0);
+}
+
+TEST_CASE("a plugin built for another backend ABI is refused with the versions named") {
+    wkv_backend_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(wkv_backend_get_info(WKV_BACKEND_VULKAN, &info) == WKV_OK);
+    CHECK(info.available == 0);
+    std::string why = info.reason;
+    CAPTURE(why);
+    CHECK(why.find("backend ABI v999") != std::string::npos);
+    CHECK(why.find("accepts v1") != std::string::npos);
+
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.backend = WKV_BACKEND_VULKAN;
+    wkv_context* ctx = nullptr;
+    CHECK(wkv_context_create(&o, &ctx) == WKV_ERROR_BACKEND_UNAVAILABLE);
+    CHECK(ctx == nullptr);
+    CHECK(std::string(wkv_last_error(nullptr)).find("ABI v999") != std::string::npos);
+}
+
+TEST_CASE("AUTO picks the plugin (CUDA before Vulkan before CPU), logs it, and routes calls to it") {
+    Logs logs;
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.log = Logs::fn;
+    o.log_user_data = &logs;
+    o.log_level = WKV_LOG_INFO;
+    wkv_context* ctx = nullptr;
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    CHECK(wkv_context_backend(ctx) == WKV_BACKEND_CUDA);
+    CHECK(logs.any("backend auto: chose cuda"));
+
+    // The plugin computes what the built-in CPU backend computes.
+    std::vector<float> y_plugin, y_cpu;
+    REQUIRE(run_forward(ctx, WKV_DEVICE_CUDA, y_plugin) == WKV_OK);
+    // Host memory marked as host is the wrong memory space for this backend.
+    std::vector<float> y_wrong;
+    CHECK(run_forward(ctx, WKV_DEVICE_CPU, y_wrong) == WKV_ERROR_DEVICE_MISMATCH);
+    CHECK(std::string(wkv_last_error(ctx)).find("cuda backend cannot read") != std::string::npos);
+    for (float x : y_wrong) CHECK(std::isnan(x));
+    wkv_context_destroy(ctx);
+
+    o.backend = WKV_BACKEND_CPU;
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    REQUIRE(run_forward(ctx, WKV_DEVICE_CPU, y_cpu) == WKV_OK);
+    wkv_context_destroy(ctx);
+    CHECK(y_plugin == y_cpu);
+    for (float x : y_cpu) CHECK(std::isfinite(x));
+}
+
+TEST_CASE("WKV_BACKEND=cpu overrides AUTO even when a GPU plugin is present") {
+    Logs logs;
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.log = Logs::fn;
+    o.log_user_data = &logs;
+    o.log_level = WKV_LOG_INFO;
+    setenv("WKV_BACKEND", "cpu", 1);
+    wkv_context* ctx = nullptr;
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    unsetenv("WKV_BACKEND");
+    CHECK(wkv_context_backend(ctx) == WKV_BACKEND_CPU);
+    CHECK(logs.any("WKV_BACKEND=cpu overrides"));
+    wkv_context_destroy(ctx);
+}
