@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "context.h"
 #include "message.h"
 #include "registry.h"
 #include "thread_pool.h"
@@ -293,6 +294,27 @@ wkv_status wkv_workspace_size(wkv_context* ctx, size_t* out_bytes, const wkv_bac
     else st = prepare_backward(ctx, desc, &p, &spans, &needed, &m);
     if (!st) *out_bytes = needed;
     st = finish(ctx, "wkv_workspace_size", st, &m);
+    leave(ctx);
+    return st;
+}
+
+wkv_status wkv_context_control(wkv_context* ctx, const char* fn, wkv_backend backend, int32_t request,
+                               void* data, const char* required) {
+    wkv_status st = enter(ctx, fn);
+    if (st) return st;
+    wkv_message m;
+    m.text[0] = '\0';
+    if (required && !data)
+        st = wkv_fail(&m, WKV_ERROR_NULL_POINTER, "%s is NULL", required);
+    else if (ctx->target.backend != backend)
+        st = wkv_fail(&m, WKV_ERROR_INVALID_ARGUMENT, "the context runs on the %s backend, not %s",
+                      wkv_backend_name(ctx->target.backend), wkv_backend_name(backend));
+    else if (!ctx->iface->control)
+        st = wkv_fail(&m, WKV_ERROR_UNSUPPORTED, "the %s backend has no such control",
+                      wkv_backend_name(backend));
+    else
+        st = ctx->iface->control(ctx->backend_state, request, data, &m);
+    st = finish(ctx, fn, st, &m);
     leave(ctx);
     return st;
 }

@@ -124,7 +124,18 @@ typedef struct wkv_backend_iface {
                                  wkv_message* msg);
     wkv_status (*forward)(void* state, const wkv_problem* p, wkv_message* msg);
     wkv_status (*backward)(void* state, const wkv_problem* p, wkv_message* msg);
+
+    /* Optional (NULL = none): backend-specific requests from the interop headers
+     * (wkv_cuda.h, wkv_vulkan.h), e.g. WKV_CONTROL_CUDA_SET_STREAM. Unknown requests return
+     * WKV_ERROR_UNSUPPORTED. */
+    wkv_status (*control)(void* state, int32_t request, void* data, wkv_message* msg);
 } wkv_backend_iface;
+
+/* Requests for wkv_backend_iface.control. Values are part of the backend ABI. */
+enum {
+    WKV_CONTROL_CUDA_SET_STREAM = 1, /* data: the cudaStream_t (may be NULL = legacy default) */
+    WKV_CONTROL_CUDA_GET_STREAM = 2  /* data: cudaStream_t* to fill */
+};
 
 /* A plugin's single export. Returns NULL when it cannot serve a core of this ABI version. */
 typedef const wkv_backend_iface* (*wkv_plugin_entry_fn)(uint32_t core_abi_version);

@@ -1,0 +1,197 @@
+/* The built-in CPU backend: its function table. Dispatches by op to the kernels (rwkv7.cpp);
+ * catches every exception at this boundary. */
+#include "cpu_backend.h"
+
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#if defined(_WIN32)
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#elif defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+#include "cpu_internal.h"
+#include "rwkv7.h"
+
+namespace {
+
+using wkv_cpu::BackendState;
+using wkv_cpu::set_message;
+
+const char* op_name(wkv_op op) noexcept {
+    switch (op) {
+    case WKV_OP_RWKV4: return "RWKV-4";
+    case WKV_OP_RWKV6: return "RWKV-6";
+    case WKV_OP_RWKV7: return "RWKV-7";
+    default: return "unknown";
+    }
+}
+
+wkv_status unsupported_op(const wkv_problem* p, wkv_message* msg) noexcept {
+    set_message(msg, "op %s (%d) is not implemented", op_name(p->op), (int)p->op);
+    return WKV_ERROR_UNSUPPORTED;
+}
+
+void cpu_probe(wkv_backend_info* out) {
+    out->available = 1;
+    out->reason = "built in";
+    out->device_count = 1;
+    out->ops = 1u << WKV_OP_RWKV7;
+    out->dtypes = 7u; /* f32, f16, bf16 */
+    out->decay_forms = (1u << WKV_DECAY_DIRECT) | (1u << WKV_DECAY_LOG) |
+                       (1u << WKV_DECAY_EXP_NEG_EXP) | (1u << WKV_DECAY_CLAMPW);
+    out->any_head_size = 1;
+    out->num_head_sizes = 0;
+    for (int i = 0; i < WKV_MAX_HEAD_SIZES; ++i) out->head_sizes[i] = 0;
+}
+
+/* The "model name" of /proc/cpuinfo, trimmed, into name; false when there is none. */
+bool cpu_model_name(char* name, size_t size) noexcept {
+#if defined(__linux__)
+    std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+    if (!f) return false;
+    char line[512];
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) {
+        if (std::strncmp(line, "model name", 10) != 0) continue;
+        const char* colon = std::strchr(line, ':');
+        if (!colon) continue;
+        const char* begin = colon + 1;
+        while (*begin == ' ' || *begin == '\t') ++begin;
+        size_t len = std::strlen(begin);
+        while (len > 0 && (begin[len - 1] == '\n' || begin[len - 1] == '\r' ||
+                           begin[len - 1] == ' ' || begin[len - 1] == '\t'))
+            --len;
+        if (len == 0) continue;
+        std::snprintf(name, size, "%.*s", (int)len, begin);
+        found = true;
+    }
+    std::fclose(f);
+    return found;
+#else
+    (void)name;
+    (void)size;
+    return false;
+#endif
+}
+
+wkv_status cpu_device_info(int32_t index, wkv_device_info* out, wkv_message* msg) {
+    if (index != 0) {
+        set_message(msg, "device index %d is out of range (the CPU backend has one device, 0)",
+                    (int)index);
+        return WKV_ERROR_INVALID_ARGUMENT;
+    }
+    if (!cpu_model_name(out->name, sizeof out->name))
+        std::snprintf(out->name, sizeof out->name, "cpu");
+    out->memory_bytes = 0;
+    out->compute_units = 1;
+#if defined(_WIN32)
+    MEMORYSTATUSEX ms;
+    ms.dwLength = sizeof ms;
+    if (GlobalMemoryStatusEx(&ms)) out->memory_bytes = (uint64_t)ms.ullTotalPhys;
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    if (si.dwNumberOfProcessors > 0) out->compute_units = (int32_t)si.dwNumberOfProcessors;
+#elif defined(__unix__) || defined(__APPLE__)
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page_size > 0) out->memory_bytes = (uint64_t)pages * (uint64_t)page_size;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0) out->compute_units = cores > INT32_MAX ? INT32_MAX : (int32_t)cores;
+#endif
+    return WKV_OK;
+}
+
+wkv_status cpu_create(const wkv_backend_create_args* args, void** out_state, wkv_message* msg) {
+    *out_state = nullptr;
+    BackendState* st = new (std::nothrow) BackendState;
+    if (!st) {
+        set_message(msg, "cannot allocate the backend state");
+        return WKV_ERROR_OUT_OF_MEMORY;
+    }
+    std::memset(&st->args, 0, sizeof st->args);
+    size_t n = args->struct_size < sizeof st->args ? args->struct_size : sizeof st->args;
+    std::memcpy(&st->args, args, n);
+    st->args.struct_size = (uint32_t)sizeof st->args;
+    if (n < offsetof(wkv_backend_create_args, num_threads) + sizeof(int32_t) ||
+        st->args.num_threads < 1)
+        st->args.num_threads = 1;
+    if (!st->args.parallel_for) {
+        delete st;
+        set_message(msg, "parallel_for is NULL");
+        return WKV_ERROR_INTERNAL;
+    }
+    *out_state = st;
+    return WKV_OK;
+}
+
+void cpu_destroy(void* state) { delete static_cast<BackendState*>(state); }
+
+template <class F>
+wkv_status guarded(wkv_message* msg, F&& f) noexcept {
+    try {
+        return f();
+    } catch (const std::bad_alloc&) {
+        set_message(msg, "out of memory");
+        return WKV_ERROR_OUT_OF_MEMORY;
+    } catch (...) {
+        set_message(msg, "unexpected internal exception");
+        return WKV_ERROR_INTERNAL;
+    }
+}
+
+wkv_status cpu_workspace_size(void* state, const wkv_problem* p, size_t* out_bytes,
+                              wkv_message* msg) {
+    return guarded(msg, [&]() -> wkv_status {
+        const BackendState* st = static_cast<const BackendState*>(state);
+        switch (p->op) {
+        case WKV_OP_RWKV7: return wkv_cpu::rwkv7_workspace_size(st, p, out_bytes, msg);
+        default: return unsupported_op(p, msg);
+        }
+    });
+}
+
+wkv_status cpu_forward(void* state, const wkv_problem* p, wkv_message* msg) {
+    return guarded(msg, [&]() -> wkv_status {
+        const BackendState* st = static_cast<const BackendState*>(state);
+        switch (p->op) {
+        case WKV_OP_RWKV7: return wkv_cpu::rwkv7_forward(st, p, msg);
+        default: return unsupported_op(p, msg);
+        }
+    });
+}
+
+wkv_status cpu_backward(void* state, const wkv_problem* p, wkv_message* msg) {
+    return guarded(msg, [&]() -> wkv_status {
+        const BackendState* st = static_cast<const BackendState*>(state);
+        switch (p->op) {
+        case WKV_OP_RWKV7: return wkv_cpu::rwkv7_backward(st, p, msg);
+        default: return unsupported_op(p, msg);
+        }
+    });
+}
+
+const wkv_backend_iface kCpuIface = {
+    WKV_BACKEND_ABI_VERSION,
+    (uint32_t)sizeof(wkv_backend_iface),
+    WKV_BACKEND_CPU,
+    "cpu",
+    cpu_probe,
+    cpu_device_info,
+    cpu_create,
+    cpu_destroy,
+    cpu_workspace_size,
+    cpu_forward,
+    cpu_backward,
+    nullptr, /* control: the CPU backend has no backend-specific requests */
+};
+
+} // namespace
+
+extern "C" const wkv_backend_iface* wkv_cpu_backend_iface(void) { return &kCpuIface; }

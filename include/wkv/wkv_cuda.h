@@ -1,0 +1,26 @@
+/* libwkv interop with the CUDA runtime: run a context's work on the caller's stream.
+ *
+ * Include after <cuda_runtime_api.h> (or <cuda_runtime.h>), which defines cudaStream_t. libwkv
+ * itself does not link CUDA: these calls go to the CUDA plugin when the context runs on it. */
+#ifndef WKV_WKV_CUDA_H
+#define WKV_WKV_CUDA_H
+
+#include "wkv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every later call on ctx enqueues its work on `stream` and returns without synchronising
+ * (the outputs are ready when the stream reaches that point). NULL means the legacy default
+ * stream. The stream must belong to the context's device and outlive its use by ctx.
+ * Returns WKV_ERROR_INVALID_ARGUMENT when ctx is not on the CUDA backend. */
+WKV_API wkv_status wkv_cuda_set_stream(wkv_context* ctx, cudaStream_t stream);
+/* The stream ctx enqueues on (as created: a non-blocking stream of the library's own). */
+WKV_API wkv_status wkv_cuda_get_stream(wkv_context* ctx, cudaStream_t* out_stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WKV_WKV_CUDA_H */

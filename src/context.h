@@ -1,0 +1,13 @@
+/* What the interop entry points (interop_*.c) need from a context, without its layout. */
+#ifndef WKV_SRC_CONTEXT_H
+#define WKV_SRC_CONTEXT_H
+
+#include "backend.h"
+
+/* Runs the backend's control hook on ctx with the usual bookkeeping (busy check, last error,
+ * log): fails with WKV_ERROR_INVALID_ARGUMENT naming `fn` when ctx is not on `backend`, and
+ * with WKV_ERROR_NULL_POINTER when `required` names data as an out-parameter and it is NULL. */
+wkv_status wkv_context_control(wkv_context* ctx, const char* fn, wkv_backend backend, int32_t request,
+                               void* data, const char* required);
+
+#endif
