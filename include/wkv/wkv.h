@@ -331,7 +331,9 @@ typedef struct wkv_backward_desc {
 WKV_API wkv_status wkv_forward(wkv_context* ctx, const wkv_forward_desc* desc);
 /* Runs the backward pass; needs desc->workspace of wkv_workspace_size() bytes. */
 WKV_API wkv_status wkv_backward(wkv_context* ctx, const wkv_backward_desc* desc);
-/* The workspace wkv_backward needs for this descriptor, in bytes (validates it first). */
+/* The workspace wkv_backward needs for this descriptor, in bytes (validates it first). The
+ * size may depend on the context (its backend, its thread count): ask the context that will
+ * run the backward. Any alignment works; the library aligns inside it. */
 WKV_API wkv_status wkv_workspace_size(wkv_context* ctx, size_t* out_bytes,
                                       const wkv_backward_desc* desc);
 
