@@ -243,7 +243,7 @@ typedef struct wkv_context_options {
     size_t struct_size;           /* sizeof(wkv_context_options) */
     wkv_backend backend;          /* default AUTO */
     int32_t device_index;         /* GPU ordinal; default 0 */
-    int32_t cpu_threads;          /* CPU backend threads; 0 = WKV_NUM_THREADS or all cores */
+    int32_t cpu_threads;          /* CPU threads, 1..1024; 0 = WKV_NUM_THREADS or all cores */
     wkv_parallel_for_fn parallel_for; /* optional: run CPU work on the host's threads instead */
     void* parallel_for_user_data;
     wkv_log_fn log;               /* optional; the library is silent without it */

@@ -1,0 +1,53 @@
+/* wkv-bench: the subcommands and the small command-line helpers they share. */
+#ifndef WKV_BENCH_BENCH_H
+#define WKV_BENCH_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "wkv/wkv.h"
+
+/* Exit codes of every subcommand. */
+enum { BENCH_OK = 0, BENCH_FAIL = 1, BENCH_USAGE = 2 };
+
+/* Each gets argv[0] = the subcommand's name and returns an exit code. */
+int bench_info(int argc, char** argv);
+int bench_golden(int argc, char** argv);
+int bench_perf(int argc, char** argv);
+int bench_demo(int argc, char** argv);
+
+/* 1 for -h / --help. */
+int bench_is_help(const char* arg);
+
+/* Matches argv[*i] against option `name` ("--backend") in both spellings, "--backend cpu" and
+ * "--backend=cpu". Returns 1 with *value set (advancing *i past a separate value), 0 when
+ * argv[*i] is another option, and -1 (message printed) when the value is missing. */
+int bench_opt(int argc, char** argv, int* i, const char* cmd, const char* name,
+              const char** value);
+
+/* Prints "wkv-bench CMD: <message>" and a hint to stderr; returns BENCH_USAGE. */
+int bench_usage_error(const char* cmd, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Parses an integer in [lo, hi] for option `name`; on error prints it and returns -1. */
+int bench_int(const char* cmd, const char* name, const char* s, int64_t lo, int64_t hi,
+              int64_t* out);
+
+/* Parses a comma-separated list of integers in [lo, hi] (at most max entries). Returns the
+ * count, or -1 after printing the error. */
+int bench_int_list(const char* cmd, const char* name, const char* s, int64_t lo, int64_t hi,
+                   int64_t* out, int max);
+
+/* Name of the first device of backend b, or "" (into buf). */
+void bench_device_name(wkv_backend b, int32_t index, char* buf, size_t len);
+
+/* The number of CPU threads a context created with cpu_threads = requested will use. */
+int bench_cpu_threads(int requested);
+
+/* Prints s as a JSON string literal (with quotes). */
+void bench_json_string(FILE* f, const char* s);
+
+#endif /* WKV_BENCH_BENCH_H */
