@@ -16,3 +16,17 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# Python for the bindings' tests: the python3 on PATH (a system or pyenv one) with numpy,
+# pytest and ml_dtypes from PyPI.
+if ! command -v python3 >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3 python3-pip
+fi
+if ! python3 -c "import numpy, pytest, ml_dtypes" >/dev/null 2>&1; then
+  echo "setup: pip installing numpy pytest ml_dtypes"
+  python3 -m pip install -q numpy pytest ml_dtypes 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages numpy pytest ml_dtypes
+fi
