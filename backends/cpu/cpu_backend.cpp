@@ -1,5 +1,5 @@
-/* The built-in CPU backend: its function table. Dispatches by op to the kernels (rwkv7.cpp);
- * catches every exception at this boundary. */
+/* The built-in CPU backend: its function table. Dispatches by op to the kernels (rwkv7.cpp,
+ * rwkv6.cpp, rwkv4.cpp); catches every exception at this boundary. */
 #include "cpu_backend.h"
 
 #include <cstddef>
@@ -17,6 +17,8 @@
 #endif
 
 #include "cpu_internal.h"
+#include "rwkv4.h"
+#include "rwkv6.h"
 #include "rwkv7.h"
 
 namespace {
@@ -42,7 +44,7 @@ void cpu_probe(wkv_backend_info* out) {
     out->available = 1;
     out->reason = "built in";
     out->device_count = 1;
-    out->ops = 1u << WKV_OP_RWKV7;
+    out->ops = (1u << WKV_OP_RWKV7) | (1u << WKV_OP_RWKV6) | (1u << WKV_OP_RWKV4);
     out->dtypes = 7u; /* f32, f16, bf16 */
     out->decay_forms = (1u << WKV_DECAY_DIRECT) | (1u << WKV_DECAY_LOG) |
                        (1u << WKV_DECAY_EXP_NEG_EXP) | (1u << WKV_DECAY_CLAMPW);
@@ -152,6 +154,8 @@ wkv_status cpu_workspace_size(void* state, const wkv_problem* p, size_t* out_byt
         const BackendState* st = static_cast<const BackendState*>(state);
         switch (p->op) {
         case WKV_OP_RWKV7: return wkv_cpu::rwkv7_workspace_size(st, p, out_bytes, msg);
+        case WKV_OP_RWKV6: return wkv_cpu::rwkv6_workspace_size(st, p, out_bytes, msg);
+        case WKV_OP_RWKV4: return wkv_cpu::rwkv4_workspace_size(st, p, out_bytes, msg);
         default: return unsupported_op(p, msg);
         }
     });
@@ -162,6 +166,8 @@ wkv_status cpu_forward(void* state, const wkv_problem* p, wkv_message* msg) {
         const BackendState* st = static_cast<const BackendState*>(state);
         switch (p->op) {
         case WKV_OP_RWKV7: return wkv_cpu::rwkv7_forward(st, p, msg);
+        case WKV_OP_RWKV6: return wkv_cpu::rwkv6_forward(st, p, msg);
+        case WKV_OP_RWKV4: return wkv_cpu::rwkv4_forward(st, p, msg);
         default: return unsupported_op(p, msg);
         }
     });
@@ -172,6 +178,8 @@ wkv_status cpu_backward(void* state, const wkv_problem* p, wkv_message* msg) {
         const BackendState* st = static_cast<const BackendState*>(state);
         switch (p->op) {
         case WKV_OP_RWKV7: return wkv_cpu::rwkv7_backward(st, p, msg);
+        case WKV_OP_RWKV6: return wkv_cpu::rwkv6_backward(st, p, msg);
+        case WKV_OP_RWKV4: return wkv_cpu::rwkv4_backward(st, p, msg);
         default: return unsupported_op(p, msg);
         }
     });

@@ -59,9 +59,19 @@
  *   RWKV-5 is RWKV-6 with a decay that does not change over time: pass w with a T-stride 0.
  *
  * RWKV-4 (WKV_OP_RWKV4): per channel c of C: k, v, y are [B,T,C], w (time_decay) and u
- *   (time_first) are [C]; the per-step decay is exp(-exp(w)), so decay_form must be
- *   WKV_DECAY_EXP_NEG_EXP. The state is the numerically stable (aa, bb, pp) triple, [B,3,C]
- *   planar, or [B,C,3] with WKV_FLAG_RWKV4_STATE_INTERLEAVED.
+ *   (time_first) are [C]; the per-step decay is exp(-exp(w)) (wd = -exp(w), the usual
+ *   -exp(time_decay) convention), so decay_form must be WKV_DECAY_EXP_NEG_EXP. The state is
+ *   the numerically stable (aa, bb, pp) triple (numerator, denominator, running max exponent:
+ *   the true numerator is aa * exp(pp)), [B,3,C] planar (part 0 aa, 1 bb, 2 pp), or [B,C,3]
+ *   with WKV_FLAG_RWKV4_STATE_INTERLEAVED. Per token t:
+ *     q  = max(pp, u + k_t)
+ *     y_t = (e^(pp-q) aa + e^(u+k_t-q) v_t) / (e^(pp-q) bb + e^(u+k_t-q))
+ *     q2 = max(pp + wd, k_t)
+ *     aa = e^(pp+wd-q2) aa + e^(k_t-q2) v_t;  bb = e^(pp+wd-q2) bb + e^(k_t-q2);  pp = q2
+ *   Without state_in the state starts at aa = 0, bb = 0, pp = -1e38. Every exponent is <= 0,
+ *   so no k overflows. Backward differentiates these formulas as written: the state gradients
+ *   (dstate_out, dstate_in) are with respect to this max-tracking representation (a max
+ *   passes its gradient to the larger argument), and dw, du sum over all batches and tokens.
  *
  * Not every backend implements every op; wkv_backend_get_info() says which, and a call for a
  * missing one returns WKV_ERROR_UNSUPPORTED.

@@ -34,6 +34,58 @@ void wkv_ref_rwkv7_backward(const wkv_ref_rwkv7* in, const double* dy, const dou
                             double* dr, double* dw, double* dk, double* dv, double* da,
                             double* db, double* ds0);
 
+/* ---------------------------------------------------------------------------- RWKV-6 / 5 */
+
+/* RWKV-6 (RWKV-5: the same with w equal at every t). Per token t, S = S_{t-1} [i][j]:
+ *     y_t[i]  = sum_j r_t[j] * (S[i][j] + u[j] * k_t[j] * v_t[i])
+ *     S[i][j] = S[i][j] * decay_t[j] + k_t[j] * v_t[i]                                    */
+typedef struct wkv_ref_rwkv6 {
+    int64_t B, T, H, N;
+    wkv_decay_form decay_form;
+    const double *r, *w, *k, *v; /* [B,T,H,N] */
+    const double* u;             /* [H,N] */
+    const double* s0;            /* [B,H,N,N] or NULL (zeros) */
+} wkv_ref_rwkv6;
+
+/* y [B,T,H,N]; sT [B,H,N,N] (may be NULL). */
+void wkv_ref_rwkv6_forward(const wkv_ref_rwkv6* in, double* y, double* sT);
+
+/* Gradients of L = sum(y * dy) + sum(sT * dsT). dsT may be NULL (zero); ds0 may be NULL.
+ * du [H,N] sums over every batch and token. */
+void wkv_ref_rwkv6_backward(const wkv_ref_rwkv6* in, const double* dy, const double* dsT,
+                            double* dr, double* dw, double* dk, double* dv, double* du,
+                            double* ds0);
+
+/* ------------------------------------------------------------------------------- RWKV-4 */
+
+/* The initial pp of an absent RWKV-4 state (aa = bb = 0): "minus infinity", as HF does. */
+#define WKV_REF_RWKV4_PP_EMPTY (-1e38)
+
+/* RWKV-4 per channel c, in the numerically stable (aa, bb, pp) form of
+ * ../shared/golden/README.md, with wd = -exp(w[c]) (decay exp(-exp(w))) and ww = u[c] + k_t:
+ *     q  = max(pp, ww)
+ *     y_t = (e^(pp-q) aa + e^(ww-q) v_t) / (e^(pp-q) bb + e^(ww-q))
+ *     q2 = max(pp + wd, k_t)
+ *     aa = e^(pp+wd-q2) aa + e^(k_t-q2) v_t;  bb = e^(pp+wd-q2) bb + e^(k_t-q2);  pp = q2
+ * States are [B,3,C]: part 0 aa, 1 bb, 2 pp (the library's planar layout). */
+typedef struct wkv_ref_rwkv4 {
+    int64_t B, T, C;
+    const double* w;      /* [C] time_decay */
+    const double* u;      /* [C] time_first */
+    const double *k, *v;  /* [B,T,C] */
+    const double* s0;     /* [B,3,C], or NULL: aa = bb = 0, pp = WKV_REF_RWKV4_PP_EMPTY */
+} wkv_ref_rwkv4;
+
+/* y [B,T,C]; sT [B,3,C] (may be NULL). */
+void wkv_ref_rwkv4_forward(const wkv_ref_rwkv4* in, double* y, double* sT);
+
+/* Gradients of L = sum(y * dy) + sum over the three parts of sT * dsT, through the recurrence
+ * exactly as written above (the max-tracking representation: a max passes its gradient to the
+ * larger argument, half to each on a tie, as torch.maximum does). dsT [B,3,C] may be NULL
+ * (zero); ds0 [B,3,C] may be NULL. dw, du [C] sum over every batch and token. */
+void wkv_ref_rwkv4_backward(const wkv_ref_rwkv4* in, const double* dy, const double* dsT,
+                            double* dw, double* du, double* dk, double* dv, double* ds0);
+
 #ifdef __cplusplus
 }
 #endif

@@ -85,6 +85,42 @@ static void g_ref_rwkv7(const g_ref_io* io) {
                            io->grad[3], io->grad[4], io->grad[5], io->ds0);
 }
 
+static void g_ref_rwkv6(const g_ref_io* io) {
+    wkv_ref_rwkv6 in;
+    memset(&in, 0, sizeof in);
+    in.B = io->B;
+    in.T = io->T;
+    in.H = io->H;
+    in.N = io->N;
+    in.decay_form = io->form;
+    in.r = io->in[0];
+    in.w = io->in[1];
+    in.k = io->in[2];
+    in.v = io->in[3];
+    in.u = io->in[4];
+    in.s0 = io->s0;
+    wkv_ref_rwkv6_forward(&in, io->y, io->sT);
+    wkv_ref_rwkv6_backward(&in, io->dy, io->dsT, io->grad[0], io->grad[1], io->grad[2],
+                           io->grad[3], io->grad[4], io->ds0);
+}
+
+/* RWKV-4: H = 1, N = C; the inputs in table order w, u, k, v; states [B,3,C] planar. */
+static void g_ref_rwkv4(const g_ref_io* io) {
+    wkv_ref_rwkv4 in;
+    memset(&in, 0, sizeof in);
+    in.B = io->B;
+    in.T = io->T;
+    in.C = io->N;
+    in.w = io->in[0];
+    in.u = io->in[1];
+    in.k = io->in[2];
+    in.v = io->in[3];
+    in.s0 = io->s0;
+    wkv_ref_rwkv4_forward(&in, io->y, io->sT);
+    wkv_ref_rwkv4_backward(&in, io->dy, io->dsT, io->grad[0], io->grad[1], io->grad[2],
+                           io->grad[3], io->ds0);
+}
+
 #define G_IN(nm, shp, fld, gnm)                                                            \
     { nm, shp, offsetof(wkv_forward_desc, fld), offsetof(wkv_backward_desc, gnm), #gnm }
 
@@ -97,11 +133,11 @@ static const g_op g_ops[] = {
     {"wkv6", WKV_OP_RWKV6, G_BTHN, 5,
      {G_IN("r", G_TOKEN, r, dr), G_IN("w", G_TOKEN, w, dw), G_IN("k", G_TOKEN, k, dk),
       G_IN("v", G_TOKEN, v, dv), G_IN("u", G_HEAD, u, du)},
-     1, {""}, NULL, "src/reference has no float64 RWKV-6 reference yet"},
+     1, {""}, g_ref_rwkv6, NULL},
     {"wkv4", WKV_OP_RWKV4, G_BTC, 4,
      {G_IN("w", G_CHANNEL, w, dw), G_IN("u", G_CHANNEL, u, du), G_IN("k", G_TOKEN, k, dk),
       G_IN("v", G_TOKEN, v, dv)},
-     3, {"_aa", "_bb", "_pp"}, NULL, "src/reference has no float64 RWKV-4 reference yet"},
+     3, {"_aa", "_bb", "_pp"}, g_ref_rwkv4, NULL},
 };
 
 #undef G_IN

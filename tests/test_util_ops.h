@@ -1,0 +1,333 @@
+// Helpers for the RWKV-6/5 and RWKV-4 tests (tests/test_rwkv6.cpp, tests/test_rwkv4.cpp): the
+// float64 problems and their reference runs, random inputs drawn the way the golden files'
+// README describes, packed-sequence slicing, a CPU context, NaN-poisoned workspaces, and
+// per-token tensor layouts. Header-only (everything inline); builds on test_util.h.
+#ifndef WKV_TESTS_TEST_UTIL_OPS_H
+#define WKV_TESTS_TEST_UTIL_OPS_H
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace wkvtest {
+
+// ------------------------------------------------------------------------------ RWKV-6
+
+// A float64 RWKV-6 problem: contiguous r w k v [B,T,H,N], u [H,N], s0 [B,H,N,N] (empty = none).
+struct Rwkv6Data {
+    int64_t B = 0, T = 0, H = 0, N = 0;
+    wkv_decay_form form = WKV_DECAY_EXP_NEG_EXP;
+    std::vector<double> r, w, k, v, u, s0;
+
+    size_t tok_count() const { return static_cast<size_t>(B * T * H * N); }
+    size_t state_count() const { return static_cast<size_t>(B * H * N * N); }
+    // The per-token inputs in API order r, w, k, v.
+    std::vector<std::vector<double>*> tokens() { return {&r, &w, &k, &v}; }
+
+    wkv_ref_rwkv6 ref() const {
+        wkv_ref_rwkv6 in;
+        in.B = B; in.T = T; in.H = H; in.N = N;
+        in.decay_form = form;
+        in.r = r.data(); in.w = w.data(); in.k = k.data(); in.v = v.data();
+        in.u = u.data();
+        in.s0 = s0.empty() ? nullptr : s0.data();
+        return in;
+    }
+};
+
+struct Rwkv6Grads {
+    std::vector<double> dr, dw, dk, dv, du, ds0;
+};
+
+inline void ref6_forward(const Rwkv6Data& d, std::vector<double>& y, std::vector<double>& sT) {
+    y.assign(d.tok_count(), 0.0);
+    sT.assign(d.state_count(), 0.0);
+    wkv_ref_rwkv6 in = d.ref();
+    wkv_ref_rwkv6_forward(&in, y.data(), sT.data());
+}
+
+// dsT empty = zero.
+inline Rwkv6Grads ref6_backward(const Rwkv6Data& d, const std::vector<double>& dy,
+                                const std::vector<double>& dsT) {
+    Rwkv6Grads g;
+    for (auto* x : {&g.dr, &g.dw, &g.dk, &g.dv}) x->assign(d.tok_count(), 0.0);
+    g.du.assign(static_cast<size_t>(d.H * d.N), 0.0);
+    g.ds0.assign(d.state_count(), 0.0);
+    wkv_ref_rwkv6 in = d.ref();
+    wkv_ref_rwkv6_backward(&in, dy.data(), dsT.empty() ? nullptr : dsT.data(), g.dr.data(),
+                           g.dw.data(), g.dk.data(), g.dv.data(), g.du.data(), g.ds0.data());
+    return g;
+}
+
+// Random RWKV-6 inputs as the golden README draws them: r, k, v ~ N(0, 0.5^2), u ~ N(0, 0.5^2);
+// w_raw = per-channel offset (each head a permutation of linspace(lo, hi, N)) + 0.5 N(0,1),
+// decay = exp(-exp(w_raw)) (lo = -6, hi = 1: decays from ~1e-6 to 0.999), w = that decay in
+// `form` (CLAMPW, which cannot go below 0.545: w = linspace(-5, 3) offsets + N(0,1), as RWKV-7). With `w_constant_t`, w does not change over t (RWKV-5). With `with_s0`, s0 is the
+// state after a random `prefix`-token run from zero.
+inline Rwkv6Data random_rwkv6(Rng& rng, int64_t B, int64_t T, int64_t H, int64_t N,
+                              wkv_decay_form form, bool with_s0, bool w_constant_t = false,
+                              double lo = -6.0, double hi = 1.0, int64_t prefix = 8) {
+    Rwkv6Data d;
+    d.B = B; d.T = T; d.H = H; d.N = N;
+    d.form = form;
+    const size_t n = d.tok_count();
+    for (auto* x : {&d.r, &d.w, &d.k, &d.v}) x->assign(n, 0.0);
+    d.u.assign(static_cast<size_t>(H * N), 0.0);
+    std::vector<double> offset(static_cast<size_t>(H * N));
+    for (int64_t h = 0; h < H; h++) {
+        std::vector<int64_t> perm(static_cast<size_t>(N));
+        std::iota(perm.begin(), perm.end(), int64_t(0));
+        std::shuffle(perm.begin(), perm.end(), rng.gen);
+        for (int64_t j = 0; j < N; j++)
+            offset[static_cast<size_t>(h * N + j)] =
+                N == 1 ? 0.5 * (lo + hi)
+                       : lo + (hi - lo) * static_cast<double>(perm[static_cast<size_t>(j)]) /
+                                  static_cast<double>(N - 1);
+    }
+    for (double& x : d.u) x = rng.normal(0.0, 0.5);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t j = 0; j < N; j++) {
+                    const size_t e = static_cast<size_t>(((b * T + t) * H + h) * N + j);
+                    d.r[e] = rng.normal(0.0, 0.5);
+                    d.k[e] = rng.normal(0.0, 0.5);
+                    d.v[e] = rng.normal(0.0, 0.5);
+                    if (w_constant_t && t > 0) {
+                        d.w[e] = d.w[static_cast<size_t>(((b * T) * H + h) * N + j)];
+                        continue;
+                    }
+                    const double raw = offset[static_cast<size_t>(h * N + j)] + 0.5 * rng.normal();
+                    if (form == WKV_DECAY_CLAMPW)  // reaches (0.545, 1) only: the RWKV-7 draw
+                        d.w[e] = -5.0 + 8.0 * (raw - lo) / (hi - lo) + rng.normal();
+                    else
+                        d.w[e] = form == WKV_DECAY_EXP_NEG_EXP
+                                     ? raw
+                                     : w_for_decay(form, std::exp(-std::exp(raw)));
+                }
+    if (with_s0) {
+        Rwkv6Data pre = random_rwkv6(rng, B, prefix, H, N, form, false, false, lo, hi);
+        pre.u = d.u;
+        std::vector<double> y;
+        ref6_forward(pre, y, d.s0);
+    }
+    return d;
+}
+
+// ------------------------------------------------------------------------------ RWKV-4
+
+// A float64 RWKV-4 problem: w, u [C]; k, v [B,T,C]; s0 [B,3,C] planar (aa, bb, pp), empty =
+// none (aa = bb = 0, pp = -1e38).
+struct Rwkv4Data {
+    int64_t B = 0, T = 0, C = 0;
+    std::vector<double> w, u, k, v, s0;
+
+    size_t tok_count() const { return static_cast<size_t>(B * T * C); }
+    size_t state_count() const { return static_cast<size_t>(B * 3 * C); }
+
+    wkv_ref_rwkv4 ref() const {
+        wkv_ref_rwkv4 in;
+        in.B = B; in.T = T; in.C = C;
+        in.w = w.data(); in.u = u.data(); in.k = k.data(); in.v = v.data();
+        in.s0 = s0.empty() ? nullptr : s0.data();
+        return in;
+    }
+};
+
+struct Rwkv4Grads {
+    std::vector<double> dw, du, dk, dv, ds0;
+};
+
+inline void ref4_forward(const Rwkv4Data& d, std::vector<double>& y, std::vector<double>& sT) {
+    y.assign(d.tok_count(), 0.0);
+    sT.assign(d.state_count(), 0.0);
+    wkv_ref_rwkv4 in = d.ref();
+    wkv_ref_rwkv4_forward(&in, y.data(), sT.data());
+}
+
+inline Rwkv4Grads ref4_backward(const Rwkv4Data& d, const std::vector<double>& dy,
+                                const std::vector<double>& dsT) {
+    Rwkv4Grads g;
+    g.dw.assign(static_cast<size_t>(d.C), 0.0);
+    g.du.assign(static_cast<size_t>(d.C), 0.0);
+    g.dk.assign(d.tok_count(), 0.0);
+    g.dv.assign(d.tok_count(), 0.0);
+    g.ds0.assign(d.state_count(), 0.0);
+    wkv_ref_rwkv4 in = d.ref();
+    wkv_ref_rwkv4_backward(&in, dy.data(), dsT.empty() ? nullptr : dsT.data(), g.dw.data(),
+                           g.du.data(), g.dk.data(), g.dv.data(), g.ds0.data());
+    return g;
+}
+
+// Random RWKV-4 inputs as the golden README draws them: w = permuted linspace(-5, 3, C) +
+// 0.3 N(0,1); u = log 0.3 + 0.5 N(0,1); k ~ N(0, k_std^2); v ~ N(0, 0.5^2). With `with_s0`, s0
+// is the state after a `prefix`-token run from the empty state.
+inline Rwkv4Data random_rwkv4(Rng& rng, int64_t B, int64_t T, int64_t C, double k_std,
+                              bool with_s0, int64_t prefix = 16) {
+    Rwkv4Data d;
+    d.B = B; d.T = T; d.C = C;
+    std::vector<int64_t> perm(static_cast<size_t>(C));
+    std::iota(perm.begin(), perm.end(), int64_t(0));
+    std::shuffle(perm.begin(), perm.end(), rng.gen);
+    d.w.resize(static_cast<size_t>(C));
+    d.u.resize(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; c++) {
+        const double lin = C == 1 ? -1.0 : -5.0 + 8.0 * static_cast<double>(perm[static_cast<size_t>(c)]) /
+                                                     static_cast<double>(C - 1);
+        d.w[static_cast<size_t>(c)] = lin + 0.3 * rng.normal();
+        d.u[static_cast<size_t>(c)] = std::log(0.3) + 0.5 * rng.normal();
+    }
+    d.k = random_normal(rng, d.tok_count(), k_std);
+    d.v = random_normal(rng, d.tok_count(), 0.5);
+    if (with_s0) {
+        Rwkv4Data pre = d;
+        pre.T = prefix;
+        pre.k = random_normal(rng, pre.tok_count(), k_std);
+        pre.v = random_normal(rng, pre.tok_count(), 0.5);
+        pre.s0.clear();
+        std::vector<double> y;
+        ref4_forward(pre, y, d.s0);
+    }
+    return d;
+}
+
+// ------------------------------------------------------------------------------ slicing
+
+inline std::vector<double> slice(const std::vector<double>& x, size_t begin, size_t end) {
+    return std::vector<double>(x.begin() + static_cast<std::ptrdiff_t>(begin),
+                               x.begin() + static_cast<std::ptrdiff_t>(end));
+}
+
+inline void put(std::vector<double>& dst, const std::vector<double>& src, size_t at) {
+    std::copy(src.begin(), src.end(), dst.begin() + static_cast<std::ptrdiff_t>(at));
+}
+
+// Packed sequence offsets for B = 1: `lens` in order (zeros allowed), 0 .. total.
+inline std::vector<int64_t> offsets_of(const std::vector<int64_t>& lens) {
+    std::vector<int64_t> off(1, 0);
+    for (int64_t l : lens) off.push_back(off.back() + l);
+    return off;
+}
+
+// ------------------------------------------------------------------------------ library
+
+// A CPU context with `threads` threads, or (parallel_for != NULL) on a host job system.
+struct CpuCtx {
+    wkv_context* ctx = nullptr;
+    wkv_status status = WKV_OK;
+    explicit CpuCtx(int threads, wkv_parallel_for_fn pf = nullptr, void* user = nullptr) {
+        wkv_context_options o{};
+        o.struct_size = sizeof o;
+        o.backend = WKV_BACKEND_CPU;
+        o.cpu_threads = threads;
+        o.parallel_for = pf;
+        o.parallel_for_user_data = user;
+        status = wkv_context_create(&o, &ctx);
+    }
+    ~CpuCtx() { wkv_context_destroy(ctx); }
+    CpuCtx(const CpuCtx&) = delete;
+    CpuCtx& operator=(const CpuCtx&) = delete;
+};
+
+// A host job system that runs the range in reverse, one index at a time: results must not
+// depend on how the work is split or ordered.
+inline void reverse_parallel_for(void*, int64_t n, wkv_task_fn fn, void* data) {
+    for (int64_t i = n - 1; i >= 0; i--) fn(data, i, i + 1);
+}
+
+// Fills an input: the whole storage NaN first (gaps must never be read), then the values.
+inline void fill_input(HostTensor& t, const std::vector<double>& v) {
+    t.poison();
+    t.fill(v);
+}
+
+inline bool all_nan(const HostTensor& t) {
+    for (size_t e = 0; e < t.buf.size() / t.elem_size(); ++e)
+        if (!std::isnan(t.load(static_cast<int64_t>(e)))) return false;
+    return true;
+}
+
+// A workspace of `bytes` bytes filled with 0xff (a NaN in every float format), with 256 guard
+// bytes after it that must come back untouched.
+struct Workspace {
+    std::vector<unsigned char> buf;
+    size_t bytes = 0;
+    explicit Workspace(size_t n) : buf(n + 256, 0xff), bytes(n) {}
+    void* data() { return bytes ? buf.data() : nullptr; }
+    bool guard_intact() const {
+        for (size_t i = bytes; i < buf.size(); i++)
+            if (buf[i] != 0xff) return false;
+        return true;
+    }
+};
+
+// How per-token tensors sit in memory.
+enum class Layout {
+    Contiguous,   // strides NULL
+    PaddedT,      // inside a buffer twice as wide on T, byte_offset != 0
+    Transposed,   // RWKV-6: memory [B,H,T,N]; RWKV-4: memory [B,C,T] (channel stride T)
+    InnerStride,  // every element 2 apart (last stride 2), byte_offset != 0
+};
+
+inline const char* layout_name(Layout l) {
+    switch (l) {
+    case Layout::Contiguous: return "contiguous";
+    case Layout::PaddedT: return "padded-T";
+    case Layout::Transposed: return "transposed";
+    default: return "inner-stride-2";
+    }
+}
+
+// A per-token tensor [B,T,H,N] (H = 0: [B,T,N], RWKV-4) in `l`; `broadcast_t`: T-stride 0.
+inline HostTensor token_tensor(wkv_dtype dt, int64_t B, int64_t T, int64_t H, int64_t N,
+                               Layout l, bool broadcast_t = false) {
+    if (H == 0) {  // [B,T,C]
+        const int64_t C = N;
+        std::vector<int64_t> shape = {B, T, C};
+        if (broadcast_t) return HostTensor(dt, shape, {C, 0, 1}, 1);
+        switch (l) {
+        case Layout::PaddedT: return HostTensor(dt, shape, {T * 2 * C, 2 * C, 1}, 3);
+        case Layout::Transposed: return HostTensor(dt, shape, {C * T, 1, T}, 0);
+        case Layout::InnerStride: return HostTensor(dt, shape, {2 * T * C, 2 * C, 2}, 1);
+        default: return HostTensor(dt, shape);
+        }
+    }
+    std::vector<int64_t> shape = {B, T, H, N};
+    if (broadcast_t) return HostTensor(dt, shape, {H * N, 0, N, 1}, 1);
+    switch (l) {
+    case Layout::PaddedT: return HostTensor(dt, shape, {T * 2 * H * N, 2 * H * N, N, 1}, 3);
+    case Layout::Transposed: return HostTensor(dt, shape, {H * T * N, N, T * N, 1}, 0);
+    case Layout::InnerStride: return HostTensor(dt, shape, {2 * T * H * N, 2 * H * N, 2 * N, 2}, 1);
+    default: return HostTensor(dt, shape);
+    }
+}
+
+// Tolerances (norm-wise relative error): float32 everywhere, or any 16-bit tensor involved.
+constexpr double kTolF32 = 1e-5;
+constexpr double kTol16Forward = 5e-3;
+constexpr double kTol16Grad = 1e-2;
+
+// A rare draw is so ill-conditioned that no float32 evaluation gets within 1e-5 (a tiny tensor
+// that is one cancelling dot product, e.g. du = r k (dy . v) at T = 1). `sensitivity` is how
+// far the float64 reference moves (norm-wise, relatively) when every input is multiplied by
+// (1 + 2^-23 U(-1, 1)), a float32 rounding's worth of noise; the tolerance is `base`, or 64x
+// that sensitivity when larger, never above 1e-2.
+inline double cond_tol(double base, double sensitivity) {
+    return std::max(base, std::min(1e-2, 64.0 * sensitivity));
+}
+
+// Multiplies every value by (1 + 2^-23 U(-1, 1)).
+inline void perturb(Rng& rng, std::vector<double>& x) {
+    const double ulp = std::ldexp(1.0, -23);
+    for (double& v : x) v *= 1.0 + ulp * rng.uniform(-1.0, 1.0);
+}
+
+}  // namespace wkvtest
+
+#endif  // WKV_TESTS_TEST_UTIL_OPS_H
