@@ -4,6 +4,10 @@
 set -euo pipefail
 
 packages=(cmake g++ make pkg-config doctest-dev)
+# The Vulkan plugin: headers to build it (it loads libvulkan.so.1 at run time), the shader
+# compiler and validator, and for its tests a CPU Vulkan device (Mesa's lavapipe) with the
+# Khronos validation layer.
+packages+=(libvulkan-dev libvulkan1 mesa-vulkan-drivers glslang-tools spirv-tools vulkan-validationlayers)
 
 missing=()
 for p in "${packages[@]}"; do

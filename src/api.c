@@ -25,7 +25,12 @@ struct wkv_context {
     atomic_int busy;
     int lost; /* the device failed: only destroy is allowed */
     char last_error[sizeof(((wkv_message*)0)->text) + 64];
+    /* device buffers: the live wkv_buffer objects of this context, sorted by address */
+    wkv_buffer** buffers;
+    size_t num_buffers, cap_buffers;
 };
+
+static void destroy_all_buffers(wkv_context* ctx);
 
 /* The message of the last failing context-free call on this thread. */
 static _Thread_local char tls_last_error[sizeof(((wkv_message*)0)->text) + 64];
@@ -135,6 +140,7 @@ static wkv_status choose_backend(const wkv_context_options* o, wkv_backend* out,
     static const wkv_backend order[] = {WKV_BACKEND_CUDA, WKV_BACKEND_VULKAN, WKV_BACKEND_CPU};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; ++i) {
         *iface = wkv_registry_get(order[i], &why);
+        if (*iface && (*iface)->auto_skip && (*iface)->auto_skip(&why)) *iface = NULL; /* e.g. only lavapipe */
         if (*iface) {
             *out = order[i];
             emit_log(o->log, o->log_user_data, o->log_level, WKV_LOG_INFO, "backend auto: chose %s (%s)",
@@ -189,6 +195,7 @@ wkv_status wkv_context_create(const wkv_context_options* options, wkv_context** 
     ctx->iface = iface;
     ctx->target.backend = kind;
     ctx->target.device_index = o.device_index;
+    ctx->target.ctx = ctx;
     ctx->log = o.log;
     ctx->log_user_data = o.log_user_data;
     ctx->log_level = o.log_level;
@@ -232,6 +239,7 @@ wkv_status wkv_context_create(const wkv_context_options* options, wkv_context** 
 
 void wkv_context_destroy(wkv_context* ctx) {
     if (!ctx) return;
+    destroy_all_buffers(ctx);
     ctx->iface->destroy(ctx->backend_state);
     wkv_thread_pool_destroy(ctx->pool);
     free(ctx);
@@ -275,7 +283,7 @@ wkv_status wkv_backward(wkv_context* ctx, const wkv_backward_desc* desc) {
     m.text[0] = '\0';
     size_t needed = 0;
     st = prepare_backward(ctx, desc, &p, &spans, &needed, &m);
-    if (!st) st = wkv_validate_workspace(desc, &spans, needed, &m);
+    if (!st) st = wkv_validate_workspace_mem(&ctx->target, desc, &spans, needed, &p, &m);
     if (!st) st = ctx->iface->backward(ctx->backend_state, &p, &m);
     st = finish(ctx, "wkv_backward", st, &m);
     leave(ctx);
@@ -374,4 +382,146 @@ wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_device_in
     out->struct_size = keep;
     if (st) return fail_free(st, "wkv_device_get_info: %s", m.text[0] ? m.text : wkv_status_string(st));
     return WKV_OK;
+}
+
+/* ====================================================================== device buffers
+ * wkv.h's DEVICE BUFFERS section. The core owns each wkv_buffer (its context, the backend's
+ * handle, its size) and keeps a context's live buffers in a sorted array, so that a tensor's
+ * data can be recognised as one of them without ever being dereferenced. */
+
+struct wkv_buffer {
+    wkv_context* ctx;
+    void* backend_buffer;
+    uint64_t size;
+};
+
+/* Index of the first entry >= buf in ctx->buffers. */
+static size_t buffer_lower_bound(const wkv_context* ctx, const void* buf) {
+    size_t lo = 0, hi = ctx->num_buffers;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)ctx->buffers[mid] < (uintptr_t)buf) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+int wkv_context_find_buffer(const wkv_context* ctx, const void* ptr, void** backend_buffer,
+                            uint64_t* size) {
+    if (!ctx || !ptr) return 0;
+    size_t i = buffer_lower_bound(ctx, ptr);
+    if (i >= ctx->num_buffers || (const void*)ctx->buffers[i] != ptr) return 0;
+    if (backend_buffer) *backend_buffer = ctx->buffers[i]->backend_buffer;
+    if (size) *size = ctx->buffers[i]->size;
+    return 1;
+}
+
+static void destroy_all_buffers(wkv_context* ctx) {
+    for (size_t i = 0; i < ctx->num_buffers; ++i) {
+        ctx->iface->buffer_destroy(ctx->backend_state, ctx->buffers[i]->backend_buffer);
+        free(ctx->buffers[i]);
+    }
+    free(ctx->buffers);
+    ctx->buffers = NULL;
+    ctx->num_buffers = ctx->cap_buffers = 0;
+}
+
+wkv_status wkv_buffer_create(wkv_context* ctx, uint64_t bytes, wkv_buffer** out) {
+    if (out) *out = NULL;
+    wkv_status st = enter(ctx, "wkv_buffer_create");
+    if (st) return st;
+    wkv_message m;
+    m.text[0] = '\0';
+    wkv_buffer* buf = NULL;
+    if (!out) st = wkv_fail(&m, WKV_ERROR_NULL_POINTER, "out is NULL");
+    else if (bytes == 0) st = wkv_fail(&m, WKV_ERROR_INVALID_ARGUMENT, "bytes is 0");
+    else if (!ctx->iface->buffer_create)
+        st = wkv_fail(&m, WKV_ERROR_UNSUPPORTED,
+                      "the %s backend has no device buffers (its tensors are plain pointers)",
+                      wkv_backend_name(ctx->target.backend));
+    if (!st && ctx->num_buffers == ctx->cap_buffers) {
+        size_t cap = ctx->cap_buffers ? 2 * ctx->cap_buffers : 16;
+        wkv_buffer** grown = (wkv_buffer**)realloc(ctx->buffers, cap * sizeof *grown);
+        if (!grown) st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
+        else ctx->buffers = grown, ctx->cap_buffers = cap;
+    }
+    if (!st && !(buf = (wkv_buffer*)calloc(1, sizeof *buf)))
+        st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
+    if (!st) st = ctx->iface->buffer_create(ctx->backend_state, bytes, &buf->backend_buffer, &m);
+    if (!st) {
+        buf->ctx = ctx;
+        buf->size = bytes;
+        size_t i = buffer_lower_bound(ctx, buf);
+        memmove(&ctx->buffers[i + 1], &ctx->buffers[i], (ctx->num_buffers - i) * sizeof *ctx->buffers);
+        ctx->buffers[i] = buf;
+        ++ctx->num_buffers;
+        *out = buf;
+    } else {
+        free(buf);
+    }
+    st = finish(ctx, "wkv_buffer_create", st, &m);
+    leave(ctx);
+    return st;
+}
+
+void wkv_buffer_destroy(wkv_buffer* buf) {
+    if (!buf) return;
+    wkv_context* ctx = buf->ctx;
+    size_t i = buffer_lower_bound(ctx, buf);
+    if (i >= ctx->num_buffers || ctx->buffers[i] != buf) return; /* not live: ignore */
+    memmove(&ctx->buffers[i], &ctx->buffers[i + 1], (ctx->num_buffers - i - 1) * sizeof *ctx->buffers);
+    --ctx->num_buffers;
+    ctx->iface->buffer_destroy(ctx->backend_state, buf->backend_buffer);
+    free(buf);
+}
+
+uint64_t wkv_buffer_size(const wkv_buffer* buf) { return buf ? buf->size : 0; }
+
+wkv_tensor wkv_tensor_make_buffer(wkv_buffer* buf, uint64_t byte_offset, wkv_dtype dtype,
+                                  int32_t ndim, const int64_t* shape) {
+    wkv_tensor t = wkv_tensor_make(buf, dtype, ndim, shape);
+    t.byte_offset = byte_offset;
+    if (buf && buf->ctx->target.backend == WKV_BACKEND_VULKAN) {
+        t.device.type = WKV_DEVICE_VULKAN;
+        t.device.id = buf->ctx->target.device_index;
+    }
+    return t;
+}
+
+/* Upload (to_device = 1) or download. */
+static wkv_status buffer_copy(wkv_context* ctx, const char* fn, wkv_buffer* buf, uint64_t offset,
+                              void* host, uint64_t bytes, int to_device) {
+    wkv_status st = enter(ctx, fn);
+    if (st) return st;
+    wkv_message m;
+    m.text[0] = '\0';
+    uint64_t end;
+    if (!buf) st = wkv_fail(&m, WKV_ERROR_NULL_POINTER, "buf is NULL");
+    else if (!wkv_context_find_buffer(ctx, buf, NULL, NULL))
+        st = wkv_fail(&m, WKV_ERROR_INVALID_ARGUMENT, "buf is not a live wkv_buffer of this context");
+    else if (!host && bytes) st = wkv_fail(&m, WKV_ERROR_NULL_POINTER, "%s is NULL", to_device ? "src" : "dst");
+    else if (__builtin_add_overflow(offset, bytes, &end) || end > buf->size)
+        st = wkv_fail(&m, WKV_ERROR_INVALID_ARGUMENT,
+                      "[offset %llu, + %llu bytes) is outside the buffer's %llu bytes",
+                      (unsigned long long)offset, (unsigned long long)bytes, (unsigned long long)buf->size);
+    else if (bytes)
+        st = to_device ? ctx->iface->buffer_write(ctx->backend_state, buf->backend_buffer, offset, host, bytes, &m)
+                       : ctx->iface->buffer_read(ctx->backend_state, buf->backend_buffer, offset, host, bytes, &m);
+    st = finish(ctx, fn, st, &m);
+    leave(ctx);
+    return st;
+}
+
+wkv_status wkv_buffer_upload(wkv_context* ctx, wkv_buffer* buf, uint64_t offset, const void* src,
+                             uint64_t bytes) {
+    return buffer_copy(ctx, "wkv_buffer_upload", buf, offset, (void*)(uintptr_t)src, bytes, 1);
+}
+
+wkv_status wkv_buffer_download(wkv_context* ctx, wkv_buffer* buf, uint64_t offset, void* dst,
+                               uint64_t bytes) {
+    return buffer_copy(ctx, "wkv_buffer_download", buf, offset, dst, bytes, 0);
+}
+
+wkv_status wkv_fail_context_free(wkv_status st, const char* fn, const char* message) {
+    return fail_free(st, "%s: %s", fn, message);
 }

@@ -42,6 +42,13 @@ typedef struct wkv_view {
     int64_t stride[4];
 } wkv_view;
 
+/* Where a view's memory is, for backends with device buffers (see wkv_problem.mem). */
+typedef struct wkv_buffer_ref {
+    void* buffer;    /* the backend's buffer handle; NULL = host memory */
+    uint64_t offset; /* byte offset inside it */
+} wkv_buffer_ref;
+enum { WKV_PROBLEM_VIEWS = 20 }; /* the wkv_view members of wkv_problem */
+
 typedef struct wkv_problem {
     wkv_op op;
     wkv_decay_form decay_form;
@@ -70,7 +77,24 @@ typedef struct wkv_problem {
     wkv_view dstate_in;  /* optional */
     void* workspace;     /* >= the backend's workspace_size() bytes (checked by the core) */
     size_t workspace_size;
+
+    /* ---- device buffers (the memory model of wkv.h's DEVICE BUFFERS section) ----
+     * Where each view's memory is. mem[i] belongs to the i-th view of this struct in order
+     * (r w k v a b u y state_in state_out dy dstate_out dr dw dk dv da db du dstate_in; use
+     * wkv_problem_mem()). buffer == NULL: host memory, view.data is the address. Otherwise
+     * the view lives in a wkv_buffer of this backend: `buffer` is the backend's own handle
+     * (from buffer_create), `offset` the byte offset of element (0,0,0,0) inside it; the core
+     * has checked that every element the view reaches is inside the buffer and that offset is
+     * a multiple of the element size. view.data is then non-NULL but NOT an address. Backends
+     * without buffer_create never see buffer views. */
+    wkv_buffer_ref mem[WKV_PROBLEM_VIEWS];
+    wkv_buffer_ref workspace_mem; /* the workspace, likewise (buffer NULL: host memory) */
 } wkv_problem;
+
+/* The memory of view v (one of p's views). */
+static inline const wkv_buffer_ref* wkv_problem_mem(const wkv_problem* p, const wkv_view* v) {
+    return &p->mem[((uintptr_t)v - (uintptr_t)&p->r) / sizeof(wkv_view)];
+}
 
 /* Batch index and token range [t0, t1) of sequence s. */
 static inline void wkv_problem_sequence(const wkv_problem* p, int64_t s, int64_t* batch,
@@ -129,12 +153,31 @@ typedef struct wkv_backend_iface {
      * (wkv_cuda.h, wkv_vulkan.h), e.g. WKV_CONTROL_CUDA_SET_STREAM. Unknown requests return
      * WKV_ERROR_UNSUPPORTED. */
     wkv_status (*control)(void* state, int32_t request, void* data, wkv_message* msg);
+
+    /* ---- device buffers (wkv.h's DEVICE BUFFERS section). Optional: all four NULL when
+     * the backend has no memory of its own (then wkv_buffer_create is WKV_ERROR_UNSUPPORTED).
+     * The core owns the wkv_buffer objects, checks ranges and ownership, and passes the
+     * backend's handle. buffer_create returns a zero-filled buffer; read/write are
+     * synchronous and get ranges inside the buffer. */
+    wkv_status (*buffer_create)(void* state, uint64_t bytes, void** out_buffer, wkv_message* msg);
+    void (*buffer_destroy)(void* state, void* buffer);
+    wkv_status (*buffer_write)(void* state, void* buffer, uint64_t offset, const void* src,
+                               uint64_t bytes, wkv_message* msg);
+    wkv_status (*buffer_read)(void* state, void* buffer, uint64_t offset, void* dst,
+                              uint64_t bytes, wkv_message* msg);
+
+    /* Optional (NULL = never skipped): nonzero when WKV_BACKEND_AUTO should pass over this
+     * available backend (e.g. Vulkan whose only devices are software rasterisers such as
+     * lavapipe, slower than the CPU backend); *why says so. An explicit request still gets it. */
+    int32_t (*auto_skip)(const char** why);
 } wkv_backend_iface;
 
 /* Requests for wkv_backend_iface.control. Values are part of the backend ABI. */
 enum {
     WKV_CONTROL_CUDA_SET_STREAM = 1, /* data: the cudaStream_t (may be NULL = legacy default) */
-    WKV_CONTROL_CUDA_GET_STREAM = 2  /* data: cudaStream_t* to fill */
+    WKV_CONTROL_CUDA_GET_STREAM = 2, /* data: cudaStream_t* to fill */
+    /* Vulkan (wkv_vulkan.h) */
+    WKV_CONTROL_VULKAN_VALIDATION_COUNT = 100 /* data: uint64_t* to fill */
 };
 
 /* A plugin's single export. Returns NULL when it cannot serve a core of this ABI version. */

@@ -10,4 +10,13 @@
 wkv_status wkv_context_control(wkv_context* ctx, const char* fn, wkv_backend backend, int32_t request,
                                void* data, const char* required);
 
+/* ---- device buffers ----
+ * When ptr is a live wkv_buffer of ctx: 1, with the backend's handle and the buffer's size;
+ * otherwise 0. Never dereferences ptr. */
+int wkv_context_find_buffer(const wkv_context* ctx, const void* ptr, void** backend_buffer,
+                            uint64_t* size);
+/* Records "fn: message" as the last context-free error of this thread (wkv_last_error(NULL))
+ * and returns st. */
+wkv_status wkv_fail_context_free(wkv_status st, const char* fn, const char* message);
+
 #endif

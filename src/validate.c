@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "context.h"
 #include "message.h"
 #include "registry.h"
 
@@ -81,6 +82,54 @@ static int self_overlaps(int ndim, const int64_t* shape, const int64_t* stride) 
     return 0;
 }
 
+/* ---- device buffers (wkv.h's DEVICE BUFFERS section) ---------------------------------- */
+
+/* The device type whose tensors are wkv_buffer handles on this backend (0: none). */
+static int32_t buffer_device_type(wkv_backend backend) {
+    return backend == WKV_BACKEND_VULKAN ? WKV_DEVICE_VULKAN : 0;
+}
+
+static int is_buffer_tensor(const wkv_target* target, const wkv_tensor* t) {
+    int32_t type = buffer_device_type(target->backend);
+    return type != 0 && t->device.type == type;
+}
+
+/* A tensor in a wkv_buffer: data must be a live buffer of the context, byte_offset a multiple
+ * of the element size, and every byte the view reaches, [byte_offset + lo, byte_offset + hi),
+ * inside the buffer. */
+static wkv_status check_buffer_span(checker* c, const wkv_tensor* t, int64_t es, int64_t lo_bytes,
+                                    int64_t hi_bytes, wkv_buffer_ref* mem) {
+    const char* n = c->name;
+    void* handle = NULL;
+    uint64_t size = 0;
+    if (!c->target->ctx || !wkv_context_find_buffer(c->target->ctx, t->data, &handle, &size))
+        return wkv_fail(c->msg, WKV_ERROR_DEVICE_MISMATCH,
+                        "%s.data is not a wkv_buffer of this context (a tensor with device.type %d "
+                        "must point at one: wkv_tensor_make_buffer)", n, (int)t->device.type);
+    if (t->byte_offset % (uint64_t)es != 0)
+        return wkv_fail(c->msg, WKV_ERROR_INVALID_ARGUMENT,
+                        "%s.byte_offset %llu is not a multiple of the element size %lld", n,
+                        (unsigned long long)t->byte_offset, (long long)es);
+    uint64_t end;
+    if ((uint64_t)(-lo_bytes) > t->byte_offset ||
+        __builtin_add_overflow(t->byte_offset, (uint64_t)hi_bytes, &end) || end > size)
+        return wkv_fail(c->msg, WKV_ERROR_SHAPE,
+                        "%s reaches bytes [%lld, %llu) of its wkv_buffer, which has %llu bytes", n,
+                        (long long)((int64_t)t->byte_offset + lo_bytes),
+                        (unsigned long long)(t->byte_offset + (uint64_t)hi_bytes),
+                        (unsigned long long)size);
+    mem->buffer = handle;
+    mem->offset = t->byte_offset;
+    return WKV_OK;
+}
+
+void wkv_problem_fill_mem(const wkv_spans* spans, wkv_problem* p) {
+    for (int i = 0; i < spans->count; ++i) {
+        const wkv_span* s = &spans->span[i];
+        if (s->buffer && s->role >= 0 && s->role < WKV_PROBLEM_VIEWS) p->mem[s->role] = s->mem;
+    }
+}
+
 static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rule* rule,
                                wkv_view* out) {
     wkv_message* msg = c->msg;
@@ -131,12 +180,23 @@ static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rul
         __builtin_add_overflow(hi_bytes, es, &hi_bytes) || lo_bytes == INT64_MIN ||
         t->byte_offset > (uint64_t)INT64_MAX)
         return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s spans more bytes than fit in int64", n);
+    const void* in_buffer = NULL;
+    wkv_buffer_ref mem = {NULL, 0};
     uintptr_t base = (uintptr_t)t->data, first, span_lo, span_hi;
-    if (__builtin_add_overflow(base, (uintptr_t)t->byte_offset, &first) ||
+    if (is_buffer_tensor(c->target, t)) {
+        /* device buffers: the span is checked inside the buffer, as byte offsets */
+        wkv_status bst = check_buffer_span(c, t, es, lo_bytes, hi_bytes, &mem);
+        if (bst) return bst;
+        in_buffer = t->data;
+        first = (uintptr_t)t->data + (uintptr_t)t->byte_offset; /* not an address: see backend.h */
+        span_lo = (uintptr_t)(t->byte_offset - (uint64_t)(-lo_bytes));
+        span_hi = (uintptr_t)(t->byte_offset + (uint64_t)hi_bytes);
+    } else if (__builtin_add_overflow(base, (uintptr_t)t->byte_offset, &first) ||
         (uintptr_t)(-lo_bytes) > first ||
         __builtin_add_overflow(first, (uintptr_t)hi_bytes, &span_hi))
         return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s: data + byte_offset + strides wrap the address space", n);
-    span_lo = first - (uintptr_t)(-lo_bytes);
+    else
+        span_lo = first - (uintptr_t)(-lo_bytes);
     if (rule->output && self_overlaps(rule->ndim, t->shape, stride))
         return wkv_fail(msg, WKV_ERROR_ALIASING,
                         "%s is an output whose strides make elements overlap (a zero or too small stride)", n);
@@ -155,6 +215,8 @@ static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rul
     s->hi = span_hi;
     s->output = rule->output;
     s->tensor = t;
+    s->buffer = in_buffer;
+    s->mem = mem;
     return WKV_OK;
 }
 
@@ -323,6 +385,7 @@ static wkv_status check_outputs_alias(const wkv_spans* spans, wkv_message* msg) 
         for (int j = 0; j < spans->count; ++j) {
             const wkv_span* x = &spans->span[j];
             if (i == j || (x->output && j < i)) continue; /* each output pair once */
+            if (o->buffer != x->buffer) continue;         /* different memory: host vs buffers */
             if (o->hi <= x->lo || x->hi <= o->lo) continue;
             /* state_out may be exactly state_in: same memory, same layout */
             const wkv_tensor* a = o->tensor;
@@ -475,7 +538,9 @@ wkv_status wkv_validate_forward(const wkv_target* target, const wkv_forward_desc
     op_shape s;
     wkv_status st = check_forward(&c, desc, "desc->", 0, out, &s);
     if (st) return st;
-    return check_outputs_alias(&spans, msg);
+    if ((st = check_outputs_alias(&spans, msg))) return st;
+    wkv_problem_fill_mem(&spans, out);
+    return WKV_OK;
 }
 
 wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_desc* desc,
@@ -511,6 +576,7 @@ wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_de
         if ((st = check_named(&c, "desc->", N_DSIN, &desc->dstate_in, &rule, &p->dstate_in))) return st;
     }
     if ((st = check_outputs_alias(spans, msg))) return st;
+    wkv_problem_fill_mem(spans, p);
     p->workspace = desc->workspace;
     p->workspace_size = desc->workspace_size;
     return WKV_OK;
@@ -530,7 +596,36 @@ wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans
     if (__builtin_add_overflow(lo, (uintptr_t)needed, &hi))
         return wkv_fail(msg, WKV_ERROR_OVERFLOW, "desc->workspace + its size wraps the address space");
     for (int i = 0; i < spans->count; ++i)
-        if (!(hi <= spans->span[i].lo || spans->span[i].hi <= lo))
+        if (!spans->span[i].buffer && !(hi <= spans->span[i].lo || spans->span[i].hi <= lo))
             return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace overlaps %s", spans->span[i].name);
+    return WKV_OK;
+}
+
+/* ---- device buffers ---- */
+wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backward_desc* desc,
+                                      const wkv_spans* spans, size_t needed, wkv_problem* p,
+                                      wkv_message* msg) {
+    void* handle = NULL;
+    uint64_t size = 0;
+    p->workspace_mem.buffer = NULL;
+    p->workspace_mem.offset = 0;
+    if (!desc->workspace || !target->ctx || !buffer_device_type(target->backend) ||
+        !wkv_context_find_buffer(target->ctx, desc->workspace, &handle, &size))
+        return wkv_validate_workspace(desc, spans, needed, msg);
+    /* the workspace is a wkv_buffer: [0, workspace_size) of it */
+    if (desc->workspace_size < needed)
+        return wkv_fail(msg, WKV_ERROR_WORKSPACE_TOO_SMALL,
+                        "desc->workspace_size is %zu bytes; this call needs %zu (wkv_workspace_size)",
+                        desc->workspace_size, needed);
+    if ((uint64_t)desc->workspace_size > size)
+        return wkv_fail(msg, WKV_ERROR_SHAPE,
+                        "desc->workspace_size is %zu bytes but its wkv_buffer has %llu",
+                        desc->workspace_size, (unsigned long long)size);
+    uintptr_t hi = (uintptr_t)needed;
+    for (int i = 0; i < spans->count; ++i)
+        if (spans->span[i].buffer == desc->workspace && spans->span[i].lo < hi)
+            return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace (a wkv_buffer) overlaps %s",
+                            spans->span[i].name);
+    p->workspace_mem.buffer = handle;
     return WKV_OK;
 }

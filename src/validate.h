@@ -10,6 +10,8 @@
 typedef struct wkv_target {
     wkv_backend backend;
     int32_t device_index;
+    /* Device buffers: the context whose wkv_buffer objects tensors may refer to (NULL: none). */
+    const wkv_context* ctx;
 } wkv_target;
 
 /* The byte ranges of every tensor of a call, for the aliasing checks. */
@@ -20,6 +22,10 @@ typedef struct wkv_span {
     uintptr_t lo, hi; /* [lo, hi) */
     int output;
     const wkv_tensor* tensor;
+    /* Device buffers: the wkv_buffer the span is in (lo, hi are then byte offsets inside it),
+     * or NULL for host memory; and the backend's handle of it with the view's byte offset. */
+    const void* buffer;
+    wkv_buffer_ref mem;
 } wkv_span;
 typedef struct wkv_spans {
     wkv_span span[WKV_MAX_SPANS];
@@ -35,6 +41,16 @@ wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_de
 /* The workspace is present, large enough and overlaps no tensor of the problem. */
 wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans* spans,
                                   size_t needed, wkv_message* msg);
+
+/* ---- device buffers ----
+ * Like wkv_validate_workspace, for a context whose backend has device buffers: the workspace
+ * may also be a wkv_buffer of target->ctx (then its range is checked inside that buffer).
+ * Fills p->workspace_mem (p->mem was filled by wkv_validate_backward). */
+wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backward_desc* desc,
+                                      const wkv_spans* spans, size_t needed, wkv_problem* p,
+                                      wkv_message* msg);
+/* Copies the spans' buffer references into p->mem (called by the wkv_validate_* functions). */
+void wkv_problem_fill_mem(const wkv_spans* spans, wkv_problem* p);
 
 /* A struct whose first member is its size: older sizes than `known` are refused (this is the
  * first version of every struct); newer, larger ones are accepted when the bytes this library

@@ -198,6 +198,11 @@ const wkv_backend_iface kCpuIface = {
     cpu_forward,
     cpu_backward,
     nullptr, /* control: the CPU backend has no backend-specific requests */
+    nullptr, /* buffer_create: host memory only, no device buffers */
+    nullptr, /* buffer_destroy */
+    nullptr, /* buffer_write */
+    nullptr, /* buffer_read */
+    nullptr, /* auto_skip: the CPU backend is always a candidate */
 };
 
 } // namespace

@@ -379,6 +379,65 @@ typedef struct wkv_device_info {
 
 WKV_API wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_device_info* out);
 
+/* ======================================================================= DEVICE BUFFERS
+ *
+ * MEMORY MODEL. Where a tensor's memory is, is said by its device.type:
+ *
+ *   WKV_DEVICE_CPU     host memory: data is a host pointer. Every backend accepts it. A GPU
+ *                      backend (Vulkan) stages it through buffers of its own: it copies each
+ *                      input's byte span to the device before the call and each output's span
+ *                      back after it, so the call is synchronous and much slower than keeping
+ *                      the tensors on the device. Good for tests and one-off calls.
+ *   WKV_DEVICE_VULKAN  a library-owned device buffer: data is a wkv_buffer* (from
+ *                      wkv_buffer_create on the same context), byte_offset is the offset of
+ *                      element (0, 0, ...) inside it, device.id is the context's device_index.
+ *                      Strides as usual; every element the tensor reaches must lie inside the
+ *                      buffer (checked: WKV_ERROR_SHAPE otherwise), and the offset must be a
+ *                      multiple of the element size. A decoding loop keeps its state in a
+ *                      buffer and steps it in place between calls without any copy.
+ *   WKV_DEVICE_CUDA    (CUDA backend) a device pointer, DLPack's meaning.
+ *
+ * Buffers exist on backends that have device memory of their own (Vulkan); on the CPU and
+ * CUDA backends wkv_buffer_create returns WKV_ERROR_UNSUPPORTED (their tensors are plain
+ * pointers). A call's outputs are complete when it returns, in host memory and in buffers.
+ *
+ * The backward workspace on such a context may be a wkv_buffer* (its first workspace_size
+ * bytes are used) or host memory; with host memory the library uses device scratch of its
+ * own of that size and never touches the host bytes. Host memory of a Vulkan context that
+ * belongs to the caller's own VkDevice (guest mode) is in wkv_vulkan.h.
+ *
+ *   wkv_buffer* state = NULL;
+ *   wkv_buffer_create(ctx, B * H * N * N * 4, &state);       // zero-filled
+ *   wkv_buffer_upload(ctx, state, 0, s0, B * H * N * N * 4);  // optional
+ *   f.state_in = f.state_out = wkv_tensor_make_buffer(state, 0, WKV_DTYPE_F32, 4, sshape);
+ *   for (...) wkv_forward(ctx, &f);                           // the state never leaves the GPU
+ *   wkv_buffer_download(ctx, state, 0, host, B * H * N * N * 4);
+ *   wkv_buffer_destroy(state);
+ *
+ * Buffers belong to their context: use them only with it, and destroy them before it
+ * (wkv_context_destroy frees any that are left; their handles are dangling afterwards). Like
+ * every call on a context, the buffer calls are externally synchronised with it. */
+
+typedef struct wkv_buffer wkv_buffer;
+
+/* A zero-filled device buffer of `bytes` (> 0) bytes on ctx's device. Destroy with
+ * wkv_buffer_destroy. WKV_ERROR_UNSUPPORTED on backends without device buffers. */
+WKV_API wkv_status wkv_buffer_create(wkv_context* ctx, uint64_t bytes, wkv_buffer** out);
+/* Accepts NULL. The buffer must not be in use by a running call. */
+WKV_API void wkv_buffer_destroy(wkv_buffer* buf);
+/* Copies `bytes` host bytes into / out of buf at byte `offset` (synchronously: done when the
+ * call returns). [offset, offset + bytes) must lie inside the buffer. */
+WKV_API wkv_status wkv_buffer_upload(wkv_context* ctx, wkv_buffer* buf, uint64_t offset,
+                                     const void* src, uint64_t bytes);
+WKV_API wkv_status wkv_buffer_download(wkv_context* ctx, wkv_buffer* buf, uint64_t offset,
+                                       void* dst, uint64_t bytes);
+/* The size it was created with (0 for NULL). */
+WKV_API uint64_t wkv_buffer_size(const wkv_buffer* buf);
+/* A contiguous tensor in buf starting at byte_offset, on the buffer's device (device.type
+ * WKV_DEVICE_VULKAN, device.id its context's device_index). Set strides after, if needed. */
+WKV_API wkv_tensor wkv_tensor_make_buffer(wkv_buffer* buf, uint64_t byte_offset, wkv_dtype dtype,
+                                          int32_t ndim, const int64_t* shape);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

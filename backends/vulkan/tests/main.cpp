@@ -1,0 +1,20 @@
+// The Vulkan suite's entry point: without a usable Vulkan device the whole suite is SKIPPED
+// (exit 77, ctest's SKIP_RETURN_CODE), never passed.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+
+#include "wkv/wkv.h"
+
+int main(int argc, char** argv) {
+    wkv_backend_info info{};
+    info.struct_size = sizeof info;
+    if (wkv_backend_get_info(WKV_BACKEND_VULKAN, &info) != WKV_OK || !info.available) {
+        std::printf("SKIPPED: the Vulkan backend is unavailable: %s\n", info.reason ? info.reason : "?");
+        return 77;
+    }
+    std::printf("Vulkan backend: %s\n", info.reason ? info.reason : "");
+    doctest::Context ctx(argc, argv);
+    return ctx.run();
+}

@@ -1,0 +1,52 @@
+/* The Vulkan plugin's function table and its one export, wkv_plugin_entry. */
+#include <string.h>
+
+#include "vk_internal.h"
+
+static wkv_status vk_workspace_size(void* state, const wkv_problem* p, size_t* out, wkv_message* msg) {
+    return wkv_vk_rwkv7_workspace_size((wkv_vk_state*)state, p, out, msg);
+}
+
+static wkv_status vk_forward(void* state, const wkv_problem* p, wkv_message* msg) {
+    return wkv_vk_rwkv7_forward((wkv_vk_state*)state, p, msg);
+}
+
+static wkv_status vk_backward(void* state, const wkv_problem* p, wkv_message* msg) {
+    return wkv_vk_rwkv7_backward((wkv_vk_state*)state, p, msg);
+}
+
+static wkv_status vk_control(void* state, int32_t request, void* data, wkv_message* msg) {
+    wkv_vk_state* st = (wkv_vk_state*)state;
+    switch (request) {
+    case WKV_CONTROL_VULKAN_VALIDATION_COUNT:
+        *(uint64_t*)data = st->validation ? (uint64_t)atomic_load(&st->validation_count) : 0;
+        return WKV_OK;
+    default:
+        return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED, "control request %d is not known", (int)request);
+    }
+}
+
+static const wkv_backend_iface k_iface = {
+    /* .abi_version    = */ WKV_BACKEND_ABI_VERSION,
+    /* .struct_size    = */ (uint32_t)sizeof(wkv_backend_iface),
+    /* .kind           = */ WKV_BACKEND_VULKAN,
+    /* .name           = */ "vulkan",
+    /* .probe          = */ wkv_vk_probe,
+    /* .device_info    = */ wkv_vk_device_info,
+    /* .create         = */ wkv_vk_create,
+    /* .destroy        = */ wkv_vk_destroy,
+    /* .workspace_size = */ vk_workspace_size,
+    /* .forward        = */ vk_forward,
+    /* .backward       = */ vk_backward,
+    /* .control        = */ vk_control,
+    /* .buffer_create  = */ wkv_vk_buffer_create,
+    /* .buffer_destroy = */ wkv_vk_buffer_destroy,
+    /* .buffer_write   = */ wkv_vk_buffer_write,
+    /* .buffer_read    = */ wkv_vk_buffer_read,
+    /* .auto_skip      = */ wkv_vk_auto_skip,
+};
+
+__attribute__((visibility("default"))) const wkv_backend_iface* wkv_plugin_entry(uint32_t core_abi) {
+    if (core_abi < WKV_BACKEND_ABI_VERSION) return NULL; /* a core older than this plugin */
+    return &k_iface;
+}

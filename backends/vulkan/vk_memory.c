@@ -1,0 +1,205 @@
+/* Buffers and one-shot submission. Every buffer has its own allocation (a sub-allocator is
+ * a later increment). Library-owned buffers (wkv_buffer) are device-local; every transfer
+ * between host memory and them goes through the context's host-visible staging buffer and a
+ * vkCmdCopyBuffer, so the same code serves discrete GPUs and unified-memory devices. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "vk_internal.h"
+
+static uint32_t pick_memory_type(const wkv_vk_state* st, uint32_t allowed, int where) {
+    const VkPhysicalDeviceMemoryProperties* mp = &st->mem_props;
+    VkMemoryPropertyFlags need = where == WKV_VK_HOST_VISIBLE
+                                     ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+                                     : 0;
+    VkMemoryPropertyFlags prefer = where == WKV_VK_HOST_VISIBLE ? VK_MEMORY_PROPERTY_HOST_CACHED_BIT
+                                                                : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+    uint32_t fallback = UINT32_MAX;
+    for (uint32_t i = 0; i < mp->memoryTypeCount; ++i) {
+        if (!(allowed & (1u << i))) continue;
+        VkMemoryPropertyFlags f = mp->memoryTypes[i].propertyFlags;
+        if ((f & need) != need) continue;
+        if ((f & prefer) == prefer) return i;
+        if (fallback == UINT32_MAX) fallback = i;
+    }
+    return fallback;
+}
+
+wkv_status vkw_buffer_create(wkv_vk_state* st, VkDeviceSize bytes, int where, vkw_buffer* out,
+                             wkv_message* msg) {
+    memset(out, 0, sizeof *out);
+    VkDeviceSize size = (bytes + 3) & ~(VkDeviceSize)3;
+    if (size < 16) size = 16;
+    VkBufferCreateInfo bci;
+    memset(&bci, 0, sizeof bci);
+    bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+    bci.size = size;
+    bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    VkResult r = st->fn.vkCreateBuffer(st->device, &bci, NULL, &out->buffer);
+    if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkCreateBuffer");
+    VkMemoryRequirements req;
+    st->fn.vkGetBufferMemoryRequirements(st->device, out->buffer, &req);
+    uint32_t type = pick_memory_type(st, req.memoryTypeBits, where);
+    if (type == UINT32_MAX) {
+        vkw_buffer_destroy(st, out);
+        return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED, "no suitable memory type for a %s buffer",
+                           where == WKV_VK_HOST_VISIBLE ? "host-visible" : "device");
+    }
+    VkMemoryAllocateInfo mai;
+    memset(&mai, 0, sizeof mai);
+    mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+    mai.allocationSize = req.size;
+    mai.memoryTypeIndex = type;
+    r = st->fn.vkAllocateMemory(st->device, &mai, NULL, &out->memory);
+    if (r != VK_SUCCESS) {
+        vkw_buffer_destroy(st, out);
+        return wkv_vk_result(msg, r, "vkAllocateMemory");
+    }
+    if ((r = st->fn.vkBindBufferMemory(st->device, out->buffer, out->memory, 0)) != VK_SUCCESS) {
+        vkw_buffer_destroy(st, out);
+        return wkv_vk_result(msg, r, "vkBindBufferMemory");
+    }
+    if (where == WKV_VK_HOST_VISIBLE &&
+        (r = st->fn.vkMapMemory(st->device, out->memory, 0, VK_WHOLE_SIZE, 0, &out->mapped)) != VK_SUCCESS) {
+        vkw_buffer_destroy(st, out);
+        return wkv_vk_result(msg, r, "vkMapMemory");
+    }
+    out->size = size;
+    return WKV_OK;
+}
+
+void vkw_buffer_destroy(wkv_vk_state* st, vkw_buffer* b) {
+    if (b->mapped) st->fn.vkUnmapMemory(st->device, b->memory);
+    if (b->buffer) st->fn.vkDestroyBuffer(st->device, b->buffer, NULL);
+    if (b->memory) st->fn.vkFreeMemory(st->device, b->memory, NULL);
+    memset(b, 0, sizeof *b);
+}
+
+wkv_status vkw_buffer_reserve(wkv_vk_state* st, vkw_buffer* b, VkDeviceSize bytes, int where,
+                              wkv_message* msg) {
+    if (b->buffer && b->size >= bytes) return WKV_OK;
+    VkDeviceSize want = b->size ? b->size : 1u << 16;
+    while (want < bytes) want *= 2;
+    vkw_buffer_destroy(st, b);
+    wkv_status s = vkw_buffer_create(st, want, where, b, msg);
+    if (s == WKV_ERROR_OUT_OF_MEMORY && want > bytes) s = vkw_buffer_create(st, bytes, where, b, msg);
+    return s;
+}
+
+/* ------------------------------------------------------------------------- submission */
+
+void vkw_barrier(wkv_vk_state* st, VkPipelineStageFlags src, VkAccessFlags src_access,
+                 VkPipelineStageFlags dst, VkAccessFlags dst_access) {
+    VkMemoryBarrier mb;
+    memset(&mb, 0, sizeof mb);
+    mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    mb.srcAccessMask = src_access;
+    mb.dstAccessMask = dst_access;
+    st->fn.vkCmdPipelineBarrier(st->cmd, src, dst, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg) {
+    VkResult r = st->fn.vkResetCommandBuffer(st->cmd, 0);
+    if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkResetCommandBuffer");
+    VkCommandBufferBeginInfo bi;
+    memset(&bi, 0, sizeof bi);
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    if ((r = st->fn.vkBeginCommandBuffer(st->cmd, &bi)) != VK_SUCCESS)
+        return wkv_vk_result(msg, r, "vkBeginCommandBuffer");
+    /* Earlier submissions (outputs in buffers, uploads) and host writes to the staging buffer
+     * are visible to everything this command buffer does. */
+    vkw_barrier(st, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | VK_PIPELINE_STAGE_HOST_BIT,
+                VK_ACCESS_MEMORY_WRITE_BIT | VK_ACCESS_HOST_WRITE_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
+    return WKV_OK;
+}
+
+wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg) {
+    /* Everything written is visible to the host once the fence has signalled. */
+    vkw_barrier(st, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                VK_ACCESS_HOST_READ_BIT);
+    VkResult r = st->fn.vkEndCommandBuffer(st->cmd);
+    if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkEndCommandBuffer");
+    VkSubmitInfo si;
+    memset(&si, 0, sizeof si);
+    si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &st->cmd;
+    if ((r = st->fn.vkQueueSubmit(st->queue, 1, &si, st->fence)) != VK_SUCCESS)
+        return wkv_vk_result(msg, r, "vkQueueSubmit");
+    r = st->fn.vkWaitForFences(st->device, 1, &st->fence, VK_TRUE, UINT64_MAX);
+    VkResult r2 = st->fn.vkResetFences(st->device, 1, &st->fence);
+    if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkWaitForFences");
+    if (r2 != VK_SUCCESS) return wkv_vk_result(msg, r2, "vkResetFences");
+    return wkv_vk_check_validation(st, msg);
+}
+
+/* --------------------------------------------------------------- wkv_buffer entry points */
+
+wkv_status wkv_vk_buffer_create(void* state, uint64_t bytes, void** out, wkv_message* msg) {
+    wkv_vk_state* st = (wkv_vk_state*)state;
+    *out = NULL;
+    if (bytes > (uint64_t)SIZE_MAX - 64) return wkv_vk_fail(msg, WKV_ERROR_OUT_OF_MEMORY, "%llu bytes", (unsigned long long)bytes);
+    vkw_buffer* b = (vkw_buffer*)calloc(1, sizeof *b);
+    if (!b) return wkv_vk_fail(msg, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
+    wkv_status s = vkw_buffer_create(st, bytes, WKV_VK_DEVICE_LOCAL, b, msg);
+    if (!s) s = vkw_begin(st, msg);
+    if (!s) {
+        st->fn.vkCmdFillBuffer(st->cmd, b->buffer, 0, VK_WHOLE_SIZE, 0u);
+        s = vkw_submit_wait(st, msg);
+    }
+    if (s) {
+        if (b->buffer) vkw_buffer_destroy(st, b);
+        free(b);
+        return s;
+    }
+    *out = b;
+    return WKV_OK;
+}
+
+void wkv_vk_buffer_destroy(void* state, void* buffer) {
+    wkv_vk_state* st = (wkv_vk_state*)state;
+    vkw_buffer* b = (vkw_buffer*)buffer;
+    if (!b) return;
+    st->fn.vkDeviceWaitIdle(st->device); /* nothing in flight may still use it */
+    vkw_buffer_destroy(st, b);
+    free(b);
+}
+
+/* Copies through the staging buffer in pieces of at most 64 MiB. */
+static wkv_status transfer(wkv_vk_state* st, vkw_buffer* b, uint64_t offset, char* host, uint64_t bytes,
+                           int to_device, wkv_message* msg) {
+    const uint64_t piece_max = 64ull << 20;
+    while (bytes > 0) {
+        uint64_t piece = bytes < piece_max ? bytes : piece_max;
+        wkv_status s = vkw_buffer_reserve(st, &st->staging, piece, WKV_VK_HOST_VISIBLE, msg);
+        if (s) return s;
+        if (to_device) memcpy(st->staging.mapped, host, (size_t)piece);
+        if ((s = vkw_begin(st, msg))) return s;
+        VkBufferCopy c;
+        c.srcOffset = to_device ? 0 : offset;
+        c.dstOffset = to_device ? offset : 0;
+        c.size = piece;
+        st->fn.vkCmdCopyBuffer(st->cmd, to_device ? st->staging.buffer : b->buffer,
+                               to_device ? b->buffer : st->staging.buffer, 1, &c);
+        if ((s = vkw_submit_wait(st, msg))) return s;
+        if (!to_device) memcpy(host, st->staging.mapped, (size_t)piece);
+        offset += piece;
+        host += piece;
+        bytes -= piece;
+    }
+    return WKV_OK;
+}
+
+wkv_status wkv_vk_buffer_write(void* state, void* buffer, uint64_t offset, const void* src, uint64_t bytes,
+                               wkv_message* msg) {
+    return transfer((wkv_vk_state*)state, (vkw_buffer*)buffer, offset, (char*)(uintptr_t)src, bytes, 1, msg);
+}
+
+wkv_status wkv_vk_buffer_read(void* state, void* buffer, uint64_t offset, void* dst, uint64_t bytes,
+                              wkv_message* msg) {
+    return transfer((wkv_vk_state*)state, (vkw_buffer*)buffer, offset, (char*)dst, bytes, 0, msg);
+}

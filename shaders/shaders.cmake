@@ -1,0 +1,22 @@
+# THE table of shader variants: every SPIR-V module the Vulkan plugin embeds, one line each:
+#   "name|source|defines"      (defines: space-separated NAME or NAME=VALUE, may be empty)
+# Everything else varies at pipeline creation through specialisation constants (head size N,
+# tokens per chunk) or at run time through the parameter block (dtypes, decay form, strides),
+# so a new variant here is only for what a device feature decides: WKV_STORAGE16 is the
+# variant for devices with storageBuffer16BitAccess (16-bit tensors read and written as
+# uint16_t; without it, through 32-bit words and atomics).
+# WKV_ROLLED is the variant for CPU implementations (VK_PHYSICAL_DEVICE_TYPE_CPU: lavapipe,
+# SwiftShader): the loops over a state row stay loops instead of being unrolled for registers.
+# Names: <kernel>[_s16][_rolled], as vk_pipeline.c looks them up.
+set(WKV_SHADER_VARIANTS
+  "wkv7_fwd|wkv7_fwd.comp|"
+  "wkv7_fwd_s16|wkv7_fwd.comp|WKV_STORAGE16=1"
+  "wkv7_fwd_rolled|wkv7_fwd.comp|WKV_ROLLED=1"
+  "wkv7_fwd_s16_rolled|wkv7_fwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
+  "wkv7_bwd|wkv7_bwd.comp|"
+  "wkv7_bwd_s16|wkv7_bwd.comp|WKV_STORAGE16=1"
+  "wkv7_bwd_rolled|wkv7_bwd.comp|WKV_ROLLED=1"
+  "wkv7_bwd_s16_rolled|wkv7_bwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
+)
+# The Vulkan version the SPIR-V targets (glslangValidator --target-env, spirv-val --target-env).
+set(WKV_SHADER_TARGET_ENV vulkan1.1)
