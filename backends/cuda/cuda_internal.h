@@ -1,0 +1,82 @@
+/* The CUDA backend's internals shared by the host side (cuda_backend.cpp) and the kernels
+ * (rwkv7.cu). Plain structs only: they travel to the GPU by value as kernel parameters, so
+ * nothing here may point into host memory.
+ *
+ * Launch parameters stay under the classic 4 KB kernel-parameter limit: packed sequences are
+ * split into launches of at most kMaxSeqsPerLaunch sequences whose offsets ride in the
+ * parameters (no device copy of the host offsets is ever needed, which keeps every call
+ * capturable in a CUDA graph). */
+#ifndef WKV_BACKENDS_CUDA_INTERNAL_H
+#define WKV_BACKENDS_CUDA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+namespace wkv_cuda {
+
+/* One tensor: base pointer (byte offset applied), element type (wkv_elem: 0 f32, 1 f16,
+ * 2 bf16) and four element strides, exactly the core's wkv_view. data == nullptr: absent. */
+struct DevView {
+    char* data;
+    int64_t s[4];
+    int32_t elem;
+    int32_t pad_;
+};
+
+enum { kMaxSeqsPerLaunch = 128 };
+
+/* Which sequences one launch covers. Block b of the launch is local sequence b / H, head
+ * b % H. Unpacked: sequence s = first + local is batch s over [0, T). Packed: batch 0 over
+ * [off[local], off[local + 1]), and the state index is first + local. */
+struct SeqInfo {
+    int64_t first;   /* global index of the launch's first sequence */
+    int32_t count;   /* sequences in this launch */
+    int32_t packed;  /* 1: off[] holds count + 1 absolute token offsets */
+    int64_t off[kMaxSeqsPerLaunch + 1];
+};
+
+struct Rwkv7FwdParams {
+    DevView r, w, k, v, a, b, y, state_in, state_out;
+    int64_t T;
+    int32_t H;
+    int32_t form; /* wkv_decay_form */
+    SeqInfo seq;
+};
+
+struct Rwkv7BwdParams {
+    DevView r, w, k, v, a, b, state_in;
+    DevView dy, dstate_out;
+    DevView dr, dw, dk, dv, da, db, dstate_in;
+    float* ckpt;    /* checkpoints: segment c of head h of sequence s at
+                       ((seg0(s) * H + h * nseg(s) + c) * N * N) floats */
+    int64_t T;
+    int32_t H;
+    int32_t form;
+    int32_t K1;     /* tokens per checkpointed segment (a multiple of K2) */
+    int32_t K2;     /* tokens replayed into shared memory at once */
+    /* seg0 of the launch's sequences: packed, absolute prefix sums of the segment counts
+       (count + 1 entries); unpacked, unused (seg0(s) = s * ceil(T / K1)). */
+    int64_t seg0[kMaxSeqsPerLaunch + 1];
+    SeqInfo seq;
+};
+
+/* Shared-memory bytes of one backward block for head size N with segment K1 and replay K2
+ * (see rwkv7.cu). */
+size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2);
+/* The largest K1 the backward kernel takes. */
+int rwkv7_max_k1();
+
+/* Launchers (rwkv7.cu). They only enqueue; they return the cudaError_t of the launch as int. */
+int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, void* stream);
+int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t smem,
+                          void* stream);
+/* Raises the dynamic shared-memory limit of the backward kernel for N (once per device,
+ * before the first launch). Returns the cudaError_t as int. */
+int rwkv7_prepare_backward(int N, size_t smem);
+/* cudaFuncGetAttributes on the forward kernel for N: fails when the fatbin holds no code for
+ * the current device. Returns the cudaError_t as int. */
+int rwkv7_check_kernel_image(int N);
+
+} // namespace wkv_cuda
+
+#endif

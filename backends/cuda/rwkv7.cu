@@ -1,0 +1,880 @@
+/* RWKV-7 WKV on CUDA: forward and backward (checkpoint + replay; never divides by the decay).
+ *
+ * Semantics are the CPU backend's (backends/cpu/rwkv7.cpp): per (sequence s, head h), with S the
+ * N x N float32 state S[i][j] (i value row, j key column), per token t:
+ *     sa[i]   = sum_l S[i][l] a[l]                         (S before the update)
+ *     S[i][j] = S[i][j] decay[j] + sa[i] b[j] + v[i] k[j]
+ *     y[i]    = sum_j S[i][j] r[j]                         (S after the update)
+ * decay and d decay / d w come from w in the kernel (decay_of below mirrors decay_row of
+ * backends/cpu/cpu_internal.h). Inputs of any dtype are converted to float32 on load; all
+ * arithmetic and the state are float32; outputs are rounded to their dtype on store.
+ *
+ * ------------------------------------------------------------------------------ LAYOUT
+ * One block per (sequence, head). A thread owns a register tile of the state: R value rows
+ * (rows rg R .. rg R + R - 1) times the N / L key columns
+ *     J(q) = { 4 (g L + q) + e : g < N / (4 L), e < 4 },   q = lane within the row group,
+ * so a block has (N / R) * L threads (Tile below; forward: N=32: R=2, L=8, 128 threads;
+ * N=64: R=4, L=8, 128 threads; N=128: R=4, L=8, 256 threads; backward: N=32: R=2, L=8, 128;
+ * N=64: R=4, L=8, 128; N=128: R=2, L=8, 512). Token
+ * vectors (r, decay, k, a, b) sit in shared memory; each float4 a thread reads serves its R
+ * rows, which divides the shared-memory traffic (the limit of a one-row-per-thread design) by
+ * R. The float4 groups are interleaved across the L lanes so a warp's reads hit distinct banks.
+ * Row sums (sa, y; in backward dv and d sa) are butterfly-reduced over the L lanes of a row
+ * group (adjacent lanes of one warp). Global indices are int64 arithmetic on the views'
+ * strides; tensors need only natural alignment.
+ *
+ * ------------------------------------------------------------------------------ FORWARD
+ * Tokens are staged through shared memory in chunks of 8: each thread loads its share of
+ * chunk c + 1 (r w k v a b) into registers while the block computes chunk c; the decay
+ * transform happens on the way into shared memory; y is gathered in shared memory and written
+ * per chunk. The state is read once at the start and written once at the end, so state_out
+ * may be state_in. No workspace.
+ *
+ * ------------------------------------------------------------------------------ BACKWARD
+ * K1 = tokens per checkpointed segment, K2 = tokens replayed into shared memory at once (K1 a
+ * multiple of K2; chosen per device from the shared memory it offers, see cuda_backend.cpp:
+ * on an H100 K1 = 8, K2 = 4 for N = 64, so that two blocks fit on an SM). Per (sequence,
+ * head) of L tokens, G = ceil(L / K1) segments:
+ *   A. run the forward from state_in, storing the state before each segment in the workspace;
+ *   B. for each segment, last first: stage its tokens (r w k v a b dy, decay, d decay/dw) in
+ *      shared memory; for each K2-window of it, last first: reload the checkpoint, replay the
+ *      tokens before the window in registers, then replay the window storing each state
+ *      S_{t-1} and each sa_t in shared memory; then walk the window backwards with the state
+ *      gradient dS held twice in registers:
+ *        row form    (thread (rg, q): dS[R rows][J(q)])         -> dv, d sa    (row sums)
+ *        column form (thread (cg, q): dS[I(q)][R columns], I(q) = { q + L m })
+ *                                                               -> dk db da dd dr (column sums)
+ *      so every sum is over the L lanes of one row/column group, never over the block:
+ *        g = dS + dy r^T;  dv = g k;  d sa = g b;  dk = g^T v;  db = g^T sa;
+ *        da = S_{t-1}^T d sa;  dd = colsum(g o S_{t-1});  dw = dd * d decay / dw;
+ *        dr = S_t^T dy = decay o (S_{t-1}^T dy) + b (sa . dy) + k (v . dy)   (S_t never stored)
+ *        dS <- g diag(decay) + d sa a^T.
+ *   dstate_in = dS at the end.
+ * The workspace holds only the checkpoints: H * sum_s ceil(L_s / K1) * N * N floats (+ 256
+ * bytes of alignment slack).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_internal.h"
+
+namespace wkv_cuda {
+namespace {
+
+constexpr float kClampwScale = 0.60653065971263342f; /* exp(-0.5) */
+
+/* A thread's tile: R rows x N / L columns; (N / R) * L threads. */
+template <int N_, int R_, int L_>
+struct Tile {
+    static constexpr int N = N_, R = R_, L = L_;
+    static constexpr int C = N / L;       /* columns per thread (row form) = rows (column form) */
+    static constexpr int G = C / 4;       /* float4 groups of those */
+    static constexpr int NT = (N / R) * L;
+    static constexpr int TPJ = NT / N;    /* staging: threads per column */
+    static_assert(C % 4 == 0 && C >= 4 && (R == 2 || R == 4) && 32 % L == 0 && NT % N == 0, "tile");
+};
+
+template <int N> struct FwdTile;
+template <> struct FwdTile<32> { using T = Tile<32, 2, 8>; };
+template <> struct FwdTile<64> { using T = Tile<64, 4, 8>; };
+template <> struct FwdTile<128> { using T = Tile<128, 4, 8>; };
+template <int N> struct BwdTile;
+/* Block sizes as plain constants (launch bounds cannot name the specialisations above). */
+__host__ __device__ constexpr int fwd_threads(int N) { return N == 128 ? 256 : 128; }
+__host__ __device__ constexpr int bwd_threads(int N) { return N == 128 ? 512 : 128; }
+template <> struct BwdTile<32> { using T = Tile<32, 2, 8>; };
+template <> struct BwdTile<64> { using T = Tile<64, 4, 8>; };
+template <> struct BwdTile<128> { using T = Tile<128, 2, 8>; };
+
+/* ------------------------------------------------------------------------- element access */
+
+/* Branch-free: two 16-bit loads (the same one twice for 16-bit types) and selects. A switch
+ * around each load makes the compiler retire every load before the next one (the scoreboard
+ * state must agree where the branches join), which serialises the prefetches. */
+__device__ __forceinline__ float load_elem(const DevView& v, int64_t off) {
+    const int es = v.elem == 0 ? 4 : 2;
+    const unsigned short* ptr = reinterpret_cast<const unsigned short*>(v.data + off * es);
+    const unsigned lo = ptr[0];
+    const unsigned hi = ptr[es >> 2];
+    const float f32 = __uint_as_float(lo | (hi << 16));
+    const float bf16 = __uint_as_float(lo << 16);
+    const float f16 = __half2float(__ushort_as_half((unsigned short)lo));
+    return v.elem == 0 ? f32 : (v.elem == 2 ? bf16 : f16);
+}
+
+__device__ __forceinline__ void store_elem(const DevView& v, int64_t off, float x) {
+    switch (v.elem) {
+    case 0: reinterpret_cast<float*>(v.data)[off] = x; break;
+    case 1: reinterpret_cast<__half*>(v.data)[off] = __float2half_rn(x); break;
+    default: reinterpret_cast<__nv_bfloat16*>(v.data)[off] = __float2bfloat16_rn(x); break;
+    }
+}
+
+/* Offset of [b, 0, h, 0] of a per-token view. */
+__device__ __forceinline__ int64_t tok_base(const DevView& v, int64_t b, int64_t h) {
+    return b * v.s[0] + h * v.s[2];
+}
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* decay and d decay / d w from w: the CPU backend's decay_row, element by element. */
+__device__ __forceinline__ float decay_of(int form, float w, float* ddw) {
+    switch (form) {
+    case 1: /* DIRECT */
+        *ddw = 1.0f;
+        return w;
+    case 2: { /* LOG */
+        const float d = expf(w);
+        *ddw = d;
+        return d;
+    }
+    case 3: { /* EXP_NEG_EXP */
+        const float e = expf(w);
+        const float d = expf(-e);
+        *ddw = isinf(e) ? -0.0f : -e * d;
+        return d;
+    }
+    default: { /* CLAMPW */
+        const float z = expf(-fabsf(w));
+        const float inv = 1.0f / (1.0f + z);
+        const float sig = w >= 0.0f ? inv : z * inv;
+        const float d = expf(-kClampwScale * sig);
+        *ddw = -kClampwScale * (z * inv * inv) * d;
+        return d;
+    }
+    }
+}
+
+/* Sum over the L adjacent lanes of a group (L a power of two dividing 32). */
+template <int L>
+__device__ __forceinline__ float lanes_sum(float x) {
+#pragma unroll
+    for (int o = 1; o < L; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* R consecutive floats of shared memory (aligned to R floats) <-> registers. */
+template <int R>
+__device__ __forceinline__ void lds_r(const float* p, float* x) {
+    if constexpr (R == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else {
+        const float2 v = *reinterpret_cast<const float2*>(p);
+        x[0] = v.x, x[1] = v.y;
+    }
+}
+
+template <int R>
+__device__ __forceinline__ void sts_r(float* p, const float* x) {
+    if constexpr (R == 4) *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+    else *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
+}
+
+/* Sequence bounds of block `blk` of a launch. */
+struct SeqPos {
+    int64_t local, s, batch, h, t0, t1;
+};
+
+__device__ __forceinline__ SeqPos seq_pos(const SeqInfo& q, int H, int64_t T) {
+    SeqPos p;
+    const int64_t blk = blockIdx.x;
+    p.local = blk / H;
+    p.h = blk % H;
+    p.s = q.first + p.local;
+    if (q.packed) {
+        p.batch = 0;
+        p.t0 = q.off[p.local];
+        p.t1 = q.off[p.local + 1];
+    } else {
+        p.batch = p.s;
+        p.t0 = 0;
+        p.t1 = T;
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------------------ state in / out */
+
+/* True when a state view can be read as float4 rows: unit column stride, every other stride
+ * a multiple of 4, base 16-byte aligned. */
+__device__ __forceinline__ bool state_vec4(const DevView& v) {
+    return v.s[3] == 1 && (v.s[2] % 4) == 0 && (v.s[1] % 4) == 0 && (v.s[0] % 4) == 0 &&
+           (reinterpret_cast<uintptr_t>(v.data) & 15u) == 0;
+}
+
+/* Row form: rows rg R + rr, columns J(q) of slice (s, h) into S[R][C]; zeros if absent. */
+template <class T>
+__device__ __forceinline__ void load_state_rows(const DevView& v, int64_t s, int64_t h, int rg,
+                                                int q, float (&S)[T::R][T::C]) {
+    constexpr int R = T::R, L = T::L, G = T::G;
+    if (!v.data) {
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+            for (int x = 0; x < T::C; ++x) S[rr][x] = 0.0f;
+        return;
+    }
+    /* one branch around all the loads: a branch per load would retire each before the next */
+    const float* p = reinterpret_cast<const float*>(v.data);
+    const int64_t base = s * v.s[0] + h * v.s[1] + (int64_t)(rg * R) * v.s[2];
+    if (state_vec4(v)) {
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float4 x = *reinterpret_cast<const float4*>(p + base + rr * v.s[2] + 4 * (g * L + q));
+                S[rr][4 * g] = x.x, S[rr][4 * g + 1] = x.y, S[rr][4 * g + 2] = x.z, S[rr][4 * g + 3] = x.w;
+            }
+    } else {
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr)
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    S[rr][4 * g + e] = p[base + rr * v.s[2] + (int64_t)(4 * (g * L + q) + e) * v.s[3]];
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void store_state_rows(const DevView& v, int64_t s, int64_t h, int rg,
+                                                 int q, const float (&S)[T::R][T::C]) {
+    constexpr int R = T::R, L = T::L, G = T::G;
+    if (!v.data) return;
+    float* p = reinterpret_cast<float*>(v.data);
+    const bool vec = state_vec4(v);
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+        const int64_t base = s * v.s[0] + h * v.s[1] + (int64_t)(rg * R + rr) * v.s[2];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const int j = 4 * (g * L + q);
+            if (vec) {
+                *reinterpret_cast<float4*>(p + base + j) =
+                    make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) p[base + (int64_t)(j + e) * v.s[3]] = S[rr][4 * g + e];
+            }
+        }
+    }
+}
+
+/* Column form: columns cg R + cc, rows I(q) = { q + L m } into D[R][C]; zeros if absent. */
+template <class T>
+__device__ __forceinline__ void load_state_cols(const DevView& v, int64_t s, int64_t h, int cg,
+                                                int q, float (&D)[T::R][T::C]) {
+    constexpr int R = T::R, L = T::L;
+    if (!v.data) {
+#pragma unroll
+        for (int cc = 0; cc < R; ++cc)
+#pragma unroll
+            for (int m = 0; m < T::C; ++m) D[cc][m] = 0.0f;
+        return;
+    }
+    const float* p = reinterpret_cast<const float*>(v.data);
+    const int64_t base = s * v.s[0] + h * v.s[1] + (int64_t)(cg * R) * v.s[3];
+#pragma unroll
+    for (int cc = 0; cc < R; ++cc)
+#pragma unroll
+        for (int m = 0; m < T::C; ++m) D[cc][m] = p[base + cc * v.s[3] + (int64_t)(q + L * m) * v.s[2]];
+}
+
+/* ---------------------------------------------------------------------- one forward step */
+
+/* S (the thread's tile) <- one token. v_rows points at v of the tile's first row. Returns
+ * sa of the tile's rows in sa[]; with want_y also y (reduced over the lanes) in y[]. */
+template <class T>
+__device__ __forceinline__ void fwd_step(float (&S)[T::R][T::C], int q, const float* v_rows,
+                                         const float* d, const float* k, const float* a,
+                                         const float* b, const float* r, bool want_y,
+                                         float (&sa)[T::R], float (&y)[T::R]) {
+    constexpr int R = T::R, L = T::L, G = T::G;
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const float4* d4 = reinterpret_cast<const float4*>(d);
+    const float4* k4 = reinterpret_cast<const float4*>(k);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float vr[R];
+    lds_r<R>(v_rows, vr);
+    float acc[R], acc2[R]; /* two chains per row */
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f, acc2[rr] = 0.0f;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float4 av = a4[g * L + q];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            acc[rr] = fmaf(S[rr][4 * g + 0], av.x, acc[rr]);
+            acc2[rr] = fmaf(S[rr][4 * g + 1], av.y, acc2[rr]);
+            acc[rr] = fmaf(S[rr][4 * g + 2], av.z, acc[rr]);
+            acc2[rr] = fmaf(S[rr][4 * g + 3], av.w, acc2[rr]);
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) sa[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float4 dv = d4[g * L + q], kv = k4[g * L + q], bv = b4[g * L + q];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            float* x = &S[rr][4 * g];
+            x[0] = fmaf(x[0], dv.x, fmaf(sa[rr], bv.x, vr[rr] * kv.x));
+            x[1] = fmaf(x[1], dv.y, fmaf(sa[rr], bv.y, vr[rr] * kv.y));
+            x[2] = fmaf(x[2], dv.z, fmaf(sa[rr], bv.z, vr[rr] * kv.z));
+            x[3] = fmaf(x[3], dv.w, fmaf(sa[rr], bv.w, vr[rr] * kv.w));
+        }
+    }
+    if (want_y) {
+        const float4* r4 = reinterpret_cast<const float4*>(r);
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f, acc2[rr] = 0.0f;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float4 rv = r4[g * L + q];
+#pragma unroll
+            for (int rr = 0; rr < R; ++rr) {
+                acc[rr] = fmaf(S[rr][4 * g + 0], rv.x, acc[rr]);
+                acc2[rr] = fmaf(S[rr][4 * g + 1], rv.y, acc2[rr]);
+                acc[rr] = fmaf(S[rr][4 * g + 2], rv.z, acc[rr]);
+                acc2[rr] = fmaf(S[rr][4 * g + 3], rv.w, acc2[rr]);
+            }
+        }
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) y[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
+    }
+}
+
+/* ------------------------------------------------------------------------------- forward */
+
+constexpr int kFwdChunk = 8; /* tokens per staged chunk */
+
+template <int N>
+__global__ void __launch_bounds__(fwd_threads(N))
+    rwkv7_forward_kernel(const __grid_constant__ Rwkv7FwdParams p) {
+    using T = typename FwdTile<N>::T;
+    static_assert(T::NT == fwd_threads(N), "block size");
+    constexpr int R = T::R, L = T::L, TPJ = T::TPJ, CH = kFwdChunk, PER = CH / TPJ;
+    static_assert(CH % TPJ == 0, "chunk");
+    __shared__ __align__(16) float s_r[CH][N];
+    __shared__ __align__(16) float s_d[CH][N];
+    __shared__ __align__(16) float s_k[CH][N];
+    __shared__ __align__(16) float s_v[CH][N];
+    __shared__ __align__(16) float s_a[CH][N];
+    __shared__ __align__(16) float s_b[CH][N];
+    __shared__ __align__(16) float s_y[CH][N];
+
+    const int tid = threadIdx.x;
+    const int rg = tid / L, q = tid % L;  /* compute: rows rg R.., columns J(q) */
+    const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + TPJ x */
+    const SeqPos pos = seq_pos(p.seq, p.H, p.T);
+    const int64_t t0 = pos.t0, t1 = pos.t1;
+    const bool want_y = p.y.data != nullptr;
+
+    float S[R][T::C];
+    load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
+
+    const int64_t br = tok_base(p.r, pos.batch, pos.h) + sj * p.r.s[3];
+    const int64_t bw = tok_base(p.w, pos.batch, pos.h) + sj * p.w.s[3];
+    const int64_t bk = tok_base(p.k, pos.batch, pos.h) + sj * p.k.s[3];
+    const int64_t bv = tok_base(p.v, pos.batch, pos.h) + sj * p.v.s[3];
+    const int64_t ba = tok_base(p.a, pos.batch, pos.h) + sj * p.a.s[3];
+    const int64_t bb = tok_base(p.b, pos.batch, pos.h) + sj * p.b.s[3];
+    const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) + sj * p.y.s[3] : 0;
+
+    float pr[PER], pw[PER], pk[PER], pv[PER], pa[PER], pb[PER];
+    /* Loads without any branch (the token index is clamped into the chunk, m >= 1): a load
+     * under a condition is retired before the branch joins, which serialises them. */
+    auto prefetch = [&](int64_t tc, int m) {
+#pragma unroll
+        for (int x = 0; x < PER; ++x) {
+            const int u = su + TPJ * x;
+            const int64_t t = tc + (u < m ? u : m - 1);
+            pr[x] = load_elem(p.r, br + t * p.r.s[1]);
+            pw[x] = load_elem(p.w, bw + t * p.w.s[1]);
+            pk[x] = load_elem(p.k, bk + t * p.k.s[1]);
+            pv[x] = load_elem(p.v, bv + t * p.v.s[1]);
+            pa[x] = load_elem(p.a, ba + t * p.a.s[1]);
+            pb[x] = load_elem(p.b, bb + t * p.b.s[1]);
+        }
+    };
+
+    if (t0 < t1) prefetch(t0, (int)min64(CH, t1 - t0));
+    for (int64_t tc = t0; tc < t1; tc += CH) {
+        const int m = (int)min64(CH, t1 - tc);
+#pragma unroll
+        for (int x = 0; x < PER; ++x) {
+            const int u = su + TPJ * x;
+            if (u < m) {
+                float ddw;
+                s_r[u][sj] = pr[x];
+                s_d[u][sj] = decay_of(p.form, pw[x], &ddw);
+                s_k[u][sj] = pk[x];
+                s_v[u][sj] = pv[x];
+                s_a[u][sj] = pa[x];
+                s_b[u][sj] = pb[x];
+            }
+        }
+        __syncthreads();
+        if (tc + CH < t1) prefetch(tc + CH, (int)min64(CH, t1 - tc - CH));
+        for (int u = 0; u < m; ++u) {
+            float sa[R], y[R];
+            fwd_step<T>(S, q, &s_v[u][rg * R], s_d[u], s_k[u], s_a[u], s_b[u], s_r[u], want_y, sa, y);
+            if (want_y && q == 0) sts_r<R>(&s_y[u][rg * R], y);
+        }
+        __syncthreads();
+        if (want_y) {
+#pragma unroll
+            for (int x = 0; x < PER; ++x) {
+                const int u = su + TPJ * x;
+                if (u < m) store_elem(p.y, by + (tc + u) * p.y.s[1], s_y[u][sj]);
+            }
+        }
+    }
+    store_state_rows<T>(p.state_out, pos.s, pos.h, rg, q, S);
+}
+
+/* ------------------------------------------------------------------------------ backward */
+
+/* Shared-memory layout of the backward, in floats (every region a multiple of 4 floats):
+ *   tokens  K1 x [r d ddw k v a b dy : N each | v_p dy_p : PV each]
+ *   states  K2 x N x NP        S_{t-1} of window token x at x (row-major, rows padded)
+ *   sa_p    K2 x PV            sa of each window token, permuted
+ *   dsa_p   2 x PV             d sa of the current token (double-buffered), permuted
+ *   out     K2 x 6 x N         the window's gradients (dr dw dk dv da db), written out by the
+ *                              whole block after the window, coalesced
+ * "Permuted" (_p) vectors hold element i at P(i) = (i % L) * (C + 4) + i / L, so the column-
+ * form thread (cg, q) reads its rows I(q) = { q + L m } as consecutive float4s. State rows are
+ * padded to NP = N + 8 floats, so the column form's float4/float2 reads of rows q + L m fall
+ * in distinct banks across a warp. */
+template <class T>
+struct BwdLayout {
+    static constexpr int N = T::N, L = T::L, C = T::C;
+    static constexpr int NP = N + 32 / L;
+    static constexpr int PV = L * (C + 4);
+    static constexpr int NOUT = 6; /* staged gradient rows per token: dr dw dk dv da db */
+    static constexpr int TOK = 8 * N + 2 * PV;
+};
+
+enum { T_R = 0, T_D, T_DDW, T_K, T_V, T_A, T_B, T_DY };
+
+template <class T>
+__device__ __forceinline__ int perm_index(int i) {
+    return (i % T::L) * (T::C + 4) + i / T::L;
+}
+
+template <int N>
+size_t bwd_smem_floats(int K1, int K2) {
+    using Lay = BwdLayout<typename BwdTile<N>::T>;
+    return (size_t)K1 * Lay::TOK + (size_t)K2 * N * Lay::NP + (size_t)K2 * Lay::PV + 2u * Lay::PV +
+           (size_t)K2 * Lay::NOUT * N;
+}
+
+constexpr int kMaxK1 = 8; /* pass A prefetches a whole segment into registers */
+
+template <int N>
+__global__ void __launch_bounds__(bwd_threads(N), 1)
+    rwkv7_backward_kernel(const __grid_constant__ Rwkv7BwdParams p) {
+    using T = typename BwdTile<N>::T;
+    using Lay = BwdLayout<T>;
+    static_assert(T::NT == bwd_threads(N), "block size");
+    constexpr int R = T::R, L = T::L, C = T::C, G = T::G, TPJ = T::TPJ;
+    constexpr int NP = Lay::NP, PV = Lay::PV, TOK = Lay::TOK;
+    constexpr int PERA = kMaxK1 / TPJ;
+    extern __shared__ __align__(16) float smem[];
+    const int K1 = p.K1, K2 = p.K2;
+    float* s_tok = smem;
+    float* s_states = s_tok + (size_t)K1 * TOK;
+    float* s_sa = s_states + (size_t)K2 * N * NP;
+    float* s_dsa = s_sa + (size_t)K2 * PV;
+    float* s_out = s_dsa + 2 * PV;
+    enum { O_DR = 0, O_DW, O_DK, O_DV, O_DA, O_DB };
+    auto outv = [&](int x, int which) -> float* { return s_out + ((size_t)x * Lay::NOUT + which) * N; };
+
+    const int tid = threadIdx.x;
+    const int rg = tid / L, q = tid % L;  /* row form: rows rg R..; column form: columns rg R.. */
+    const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + TPJ x */
+    const SeqPos pos = seq_pos(p.seq, p.H, p.T);
+    const int64_t t0 = pos.t0, t1 = pos.t1, len = t1 - t0;
+    const int64_t nseg = (len + K1 - 1) / K1;
+    const int64_t seg0 = p.seq.packed ? p.seg0[pos.local] : pos.s * ((p.T + K1 - 1) / K1);
+    float* ckpt = p.ckpt + ((size_t)seg0 * p.H + (size_t)pos.h * nseg) * (size_t)(N * N);
+
+    auto tokv = [&](int u, int which) -> float* { return s_tok + (size_t)u * TOK + which * N; };
+    auto tok_vp = [&](int u) -> float* { return s_tok + (size_t)u * TOK + 8 * N; };
+    auto tok_dyp = [&](int u) -> float* { return s_tok + (size_t)u * TOK + 8 * N + PV; };
+
+    const int64_t br = tok_base(p.r, pos.batch, pos.h) + sj * p.r.s[3];
+    const int64_t bw = tok_base(p.w, pos.batch, pos.h) + sj * p.w.s[3];
+    const int64_t bk = tok_base(p.k, pos.batch, pos.h) + sj * p.k.s[3];
+    const int64_t bv = tok_base(p.v, pos.batch, pos.h) + sj * p.v.s[3];
+    const int64_t ba = tok_base(p.a, pos.batch, pos.h) + sj * p.a.s[3];
+    const int64_t bb = tok_base(p.b, pos.batch, pos.h) + sj * p.b.s[3];
+    const int64_t bdy = tok_base(p.dy, pos.batch, pos.h) + sj * p.dy.s[3];
+    auto ioff = [&](const DevView& v, int64_t base, int64_t t) { return base + t * v.s[1]; };
+
+    /* The tile's checkpoint rows: row rg R + rr, float4 group g at ck + row N + 4 (g L + q). */
+    auto store_ckpt = [&](float* ck, const float (&S)[R][C]) {
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            float4* row = reinterpret_cast<float4*>(ck + (size_t)(rg * R + rr) * N);
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+                row[g * L + q] = make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
+        }
+    };
+    auto load_ckpt = [&](const float* ck, float (&S)[R][C]) {
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            const float4* row = reinterpret_cast<const float4*>(ck + (size_t)(rg * R + rr) * N);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float4 x = row[g * L + q];
+                S[rr][4 * g] = x.x, S[rr][4 * g + 1] = x.y, S[rr][4 * g + 2] = x.z, S[rr][4 * g + 3] = x.w;
+            }
+        }
+    };
+    auto step = [&](float (&S)[R][C], int u, float (&sa)[R]) {
+        float y[R];
+        fwd_step<T>(S, q, tokv(u, T_V) + rg * R, tokv(u, T_D), tokv(u, T_K), tokv(u, T_A),
+                    tokv(u, T_B), nullptr, false, sa, y);
+    };
+
+    /* ---------------- A: checkpoints (a forward pass, a segment prefetched ahead) */
+    if (nseg > 0) {
+        float S[R][C];
+        load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
+        float pw[PERA], pk[PERA], pv[PERA], pa[PERA], pb[PERA];
+        auto prefetch = [&](int64_t ts) { /* unconditional loads, clamped token (see forward) */
+#pragma unroll
+            for (int x = 0; x < PERA; ++x) {
+                const int u = su + TPJ * x;
+                const int64_t t = ts + (u < K1 ? u : K1 - 1);
+                pw[x] = load_elem(p.w, ioff(p.w, bw, t));
+                pk[x] = load_elem(p.k, ioff(p.k, bk, t));
+                pv[x] = load_elem(p.v, ioff(p.v, bv, t));
+                pa[x] = load_elem(p.a, ioff(p.a, ba, t));
+                pb[x] = load_elem(p.b, ioff(p.b, bb, t));
+            }
+        };
+        if (nseg > 1) prefetch(t0);
+        for (int64_t g = 0; g < nseg; ++g) {
+            store_ckpt(ckpt + (size_t)g * (N * N), S);
+            if (g + 1 == nseg) break;
+            __syncthreads();
+#pragma unroll
+            for (int x = 0; x < PERA; ++x) {
+                const int u = su + TPJ * x;
+                if (u < K1) {
+                    float ddw;
+                    tokv(u, T_D)[sj] = decay_of(p.form, pw[x], &ddw);
+                    tokv(u, T_K)[sj] = pk[x];
+                    tokv(u, T_V)[sj] = pv[x];
+                    tokv(u, T_A)[sj] = pa[x];
+                    tokv(u, T_B)[sj] = pb[x];
+                }
+            }
+            __syncthreads();
+            if (g + 2 < nseg) prefetch(t0 + (g + 1) * K1);
+            for (int u = 0; u < K1; ++u) {
+                float sa[R];
+                step(S, u, sa);
+            }
+        }
+    }
+
+    /* ---------------- B: segments in reverse */
+    float dSr[R][C], dSc[R][C];
+    load_state_rows<T>(p.dstate_out, pos.s, pos.h, rg, q, dSr);
+    load_state_cols<T>(p.dstate_out, pos.s, pos.h, rg, q, dSc);
+
+    const int c0 = rg * R; /* column form: columns c0 .. c0 + R - 1 */
+    /* element offset of [batch, t, h, c] of a gradient view (computed where it is stored) */
+    auto goff = [&](const DevView& v, int64_t t, int64_t c) {
+        return pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + c * v.s[3];
+    };
+
+    for (int64_t g = nseg - 1; g >= 0; --g) {
+        const int64_t ts = t0 + g * K1;
+        const int m = (int)min64(K1, t1 - ts);
+        __syncthreads();
+        {
+            /* staging: per group of tokens, all loads first (no branch), then guarded stores */
+            constexpr int PB = kMaxK1 / TPJ, SG = PB < 4 ? PB : 4;
+#pragma unroll
+            for (int x0 = 0; x0 < PB; x0 += SG) {
+                float lr[SG], lw[SG], lk[SG], lv[SG], la[SG], lb[SG], ldy[SG];
+#pragma unroll
+                for (int x = 0; x < SG; ++x) {
+                    const int u = su + TPJ * (x0 + x);
+                    const int64_t t = ts + (u < m ? u : m - 1);
+                    lr[x] = load_elem(p.r, ioff(p.r, br, t));
+                    lw[x] = load_elem(p.w, ioff(p.w, bw, t));
+                    lk[x] = load_elem(p.k, ioff(p.k, bk, t));
+                    lv[x] = load_elem(p.v, ioff(p.v, bv, t));
+                    la[x] = load_elem(p.a, ioff(p.a, ba, t));
+                    lb[x] = load_elem(p.b, ioff(p.b, bb, t));
+                    ldy[x] = load_elem(p.dy, ioff(p.dy, bdy, t));
+                }
+#pragma unroll
+                for (int x = 0; x < SG; ++x) {
+                    const int u = su + TPJ * (x0 + x);
+                    if (u < m) {
+                        float ddw;
+                        tokv(u, T_D)[sj] = decay_of(p.form, lw[x], &ddw);
+                        tokv(u, T_DDW)[sj] = ddw;
+                        tokv(u, T_K)[sj] = lk[x];
+                        tokv(u, T_V)[sj] = lv[x];
+                        tok_vp(u)[perm_index<T>(sj)] = lv[x];
+                        tokv(u, T_A)[sj] = la[x];
+                        tokv(u, T_B)[sj] = lb[x];
+                        tokv(u, T_R)[sj] = lr[x];
+                        tokv(u, T_DY)[sj] = ldy[x];
+                        tok_dyp(u)[perm_index<T>(sj)] = ldy[x];
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        const float* ckg = ckpt + (size_t)g * (N * N);
+        const int nsub = (m + K2 - 1) / K2;
+        for (int sb = nsub - 1; sb >= 0; --sb) {
+            const int u0 = sb * K2, mu = min(K2, m - u0);
+            /* replay: checkpoint -> state before u0 (registers), then the window into smem */
+            {
+                float S[R][C];
+                load_ckpt(ckg, S);
+                for (int u = 0; u < u0; ++u) {
+                    float sa[R];
+                    step(S, u, sa);
+                }
+                for (int x = 0; x < mu; ++x) {
+#pragma unroll
+                    for (int rr = 0; rr < R; ++rr) {
+                        float4* row = reinterpret_cast<float4*>(s_states + ((size_t)x * N + rg * R + rr) * NP);
+#pragma unroll
+                        for (int gg = 0; gg < G; ++gg)
+                            row[gg * L + q] = make_float4(S[rr][4 * gg], S[rr][4 * gg + 1],
+                                                          S[rr][4 * gg + 2], S[rr][4 * gg + 3]);
+                    }
+                    float sa[R];
+                    step(S, u0 + x, sa);
+                    if (q == 0) {
+#pragma unroll
+                        for (int rr = 0; rr < R; ++rr)
+                            s_sa[(size_t)x * PV + perm_index<T>(rg * R + rr)] = sa[rr];
+                    }
+                }
+            }
+            __syncthreads();
+
+            for (int x = mu - 1; x >= 0; --x) {
+                const int u = u0 + x;
+                /* row form: g = dS + dy r^T; dv = g k; dsa = g b; dS = g decay + dsa a */
+                {
+                    const float4* r4 = reinterpret_cast<const float4*>(tokv(u, T_R));
+                    const float4* k4 = reinterpret_cast<const float4*>(tokv(u, T_K));
+                    const float4* b4 = reinterpret_cast<const float4*>(tokv(u, T_B));
+                    const float4* d4 = reinterpret_cast<const float4*>(tokv(u, T_D));
+                    const float4* a4 = reinterpret_cast<const float4*>(tokv(u, T_A));
+                    float dyr[R], dv[R], ds[R];
+                    lds_r<R>(tokv(u, T_DY) + rg * R, dyr);
+#pragma unroll
+                    for (int rr = 0; rr < R; ++rr) dv[rr] = 0.0f, ds[rr] = 0.0f;
+#pragma unroll
+                    for (int gg = 0; gg < G; ++gg) {
+                        const float4 rv = r4[gg * L + q], kv = k4[gg * L + q], bv4 = b4[gg * L + q];
+#pragma unroll
+                        for (int rr = 0; rr < R; ++rr) {
+                            float* x4 = &dSr[rr][4 * gg];
+                            x4[0] = fmaf(dyr[rr], rv.x, x4[0]);
+                            x4[1] = fmaf(dyr[rr], rv.y, x4[1]);
+                            x4[2] = fmaf(dyr[rr], rv.z, x4[2]);
+                            x4[3] = fmaf(dyr[rr], rv.w, x4[3]);
+                            dv[rr] = fmaf(x4[0], kv.x, dv[rr]);
+                            dv[rr] = fmaf(x4[1], kv.y, dv[rr]);
+                            dv[rr] = fmaf(x4[2], kv.z, dv[rr]);
+                            dv[rr] = fmaf(x4[3], kv.w, dv[rr]);
+                            ds[rr] = fmaf(x4[0], bv4.x, ds[rr]);
+                            ds[rr] = fmaf(x4[1], bv4.y, ds[rr]);
+                            ds[rr] = fmaf(x4[2], bv4.z, ds[rr]);
+                            ds[rr] = fmaf(x4[3], bv4.w, ds[rr]);
+                        }
+                    }
+#pragma unroll
+                    for (int rr = 0; rr < R; ++rr) {
+                        dv[rr] = lanes_sum<L>(dv[rr]);
+                        ds[rr] = lanes_sum<L>(ds[rr]);
+                    }
+#pragma unroll
+                    for (int gg = 0; gg < G; ++gg) {
+                        const float4 dv4 = d4[gg * L + q], av = a4[gg * L + q];
+#pragma unroll
+                        for (int rr = 0; rr < R; ++rr) {
+                            float* x4 = &dSr[rr][4 * gg];
+                            x4[0] = fmaf(x4[0], dv4.x, ds[rr] * av.x);
+                            x4[1] = fmaf(x4[1], dv4.y, ds[rr] * av.y);
+                            x4[2] = fmaf(x4[2], dv4.z, ds[rr] * av.z);
+                            x4[3] = fmaf(x4[3], dv4.w, ds[rr] * av.w);
+                        }
+                    }
+                    if (q == 0) {
+#pragma unroll
+                        for (int rr = 0; rr < R; ++rr) s_dsa[(x & 1) * PV + perm_index<T>(rg * R + rr)] = ds[rr];
+                        sts_r<R>(outv(x, O_DV) + rg * R, dv);
+                    }
+                }
+                __syncthreads();
+                /* column form for columns c0.. over rows I(q) */
+                {
+                    float rc[R], dc[R], ac[R], bc[R], kc[R], wc[R];
+                    lds_r<R>(tokv(u, T_R) + c0, rc);
+                    lds_r<R>(tokv(u, T_D) + c0, dc);
+                    lds_r<R>(tokv(u, T_A) + c0, ac);
+                    lds_r<R>(tokv(u, T_B) + c0, bc);
+                    lds_r<R>(tokv(u, T_K) + c0, kc);
+                    lds_r<R>(tokv(u, T_DDW) + c0, wc);
+                    const float* Sp = s_states + (size_t)x * N * NP + c0;
+                    const float4* dy4 = reinterpret_cast<const float4*>(tok_dyp(u) + q * (C + 4));
+                    const float4* v4 = reinterpret_cast<const float4*>(tok_vp(u) + q * (C + 4));
+                    const float4* sa4 = reinterpret_cast<const float4*>(s_sa + (size_t)x * PV + q * (C + 4));
+                    const float4* dsa4 = reinterpret_cast<const float4*>(s_dsa + (x & 1) * PV + q * (C + 4));
+                    float dk[R], db[R], dd[R], da[R], dp[R];
+#pragma unroll
+                    for (int cc = 0; cc < R; ++cc) dk[cc] = db[cc] = dd[cc] = da[cc] = dp[cc] = 0.0f;
+                    float say = 0.0f, vy = 0.0f;
+#pragma unroll
+                    for (int mg = 0; mg < C / 4; ++mg) {
+                        const float4 dyv = dy4[mg], vv = v4[mg], sav = sa4[mg], dsav = dsa4[mg];
+                        const float dyx[4] = {dyv.x, dyv.y, dyv.z, dyv.w};
+                        const float vx[4] = {vv.x, vv.y, vv.z, vv.w};
+                        const float sax[4] = {sav.x, sav.y, sav.z, sav.w};
+                        const float dsax[4] = {dsav.x, dsav.y, dsav.z, dsav.w};
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int mm = 4 * mg + e;
+                            float sp[R];
+                            lds_r<R>(Sp + (size_t)(q + L * mm) * NP, sp);
+                            say = fmaf(sax[e], dyx[e], say);
+                            vy = fmaf(vx[e], dyx[e], vy);
+#pragma unroll
+                            for (int cc = 0; cc < R; ++cc) {
+                                const float gc = fmaf(dyx[e], rc[cc], dSc[cc][mm]);
+                                dk[cc] = fmaf(gc, vx[e], dk[cc]);
+                                db[cc] = fmaf(gc, sax[e], db[cc]);
+                                dd[cc] = fmaf(gc, sp[cc], dd[cc]);
+                                da[cc] = fmaf(sp[cc], dsax[e], da[cc]);
+                                dp[cc] = fmaf(sp[cc], dyx[e], dp[cc]);
+                                dSc[cc][mm] = fmaf(gc, dc[cc], dsax[e] * ac[cc]);
+                            }
+                        }
+                    }
+                    say = lanes_sum<L>(say);
+                    vy = lanes_sum<L>(vy);
+#pragma unroll
+                    for (int cc = 0; cc < R; ++cc) {
+                        dk[cc] = lanes_sum<L>(dk[cc]);
+                        db[cc] = lanes_sum<L>(db[cc]);
+                        dd[cc] = lanes_sum<L>(dd[cc]);
+                        da[cc] = lanes_sum<L>(da[cc]);
+                        dp[cc] = lanes_sum<L>(dp[cc]);
+                    }
+                    if (q == 0) {
+                        float dr[R], dw[R];
+#pragma unroll
+                        for (int cc = 0; cc < R; ++cc) {
+                            dr[cc] = fmaf(dc[cc], dp[cc], fmaf(bc[cc], say, kc[cc] * vy));
+                            dw[cc] = dd[cc] * wc[cc];
+                        }
+                        sts_r<R>(outv(x, O_DR) + c0, dr);
+                        sts_r<R>(outv(x, O_DW) + c0, dw);
+                        sts_r<R>(outv(x, O_DK) + c0, dk);
+                        sts_r<R>(outv(x, O_DA) + c0, da);
+                        sts_r<R>(outv(x, O_DB) + c0, db);
+                    }
+                }
+            }
+            __syncthreads();
+            /* the window's gradients, by the whole block: thread -> (token, column) */
+            for (int e = tid; e < mu * N; e += T::NT) {
+                const int xx = e / N, j = e % N;
+                const int64_t t = ts + u0 + xx;
+                store_elem(p.dr, goff(p.dr, t, j), outv(xx, O_DR)[j]);
+                store_elem(p.dw, goff(p.dw, t, j), outv(xx, O_DW)[j]);
+                store_elem(p.dk, goff(p.dk, t, j), outv(xx, O_DK)[j]);
+                store_elem(p.dv, goff(p.dv, t, j), outv(xx, O_DV)[j]);
+                store_elem(p.da, goff(p.da, t, j), outv(xx, O_DA)[j]);
+                store_elem(p.db, goff(p.db, t, j), outv(xx, O_DB)[j]);
+            }
+        }
+    }
+    store_state_rows<T>(p.dstate_in, pos.s, pos.h, rg, q, dSr);
+}
+
+template <int N>
+int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, cudaStream_t stream) {
+    rwkv7_forward_kernel<N><<<(unsigned)blocks, FwdTile<N>::T::NT, 0, stream>>>(p);
+    return (int)cudaGetLastError();
+}
+
+template <int N>
+int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_t stream) {
+    rwkv7_backward_kernel<N><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p);
+    return (int)cudaGetLastError();
+}
+
+} // namespace
+
+size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2) {
+    switch (N) {
+    case 32: return 4 * bwd_smem_floats<32>(K1, K2);
+    case 64: return 4 * bwd_smem_floats<64>(K1, K2);
+    case 128: return 4 * bwd_smem_floats<128>(K1, K2);
+    default: return 0;
+    }
+}
+
+int rwkv7_max_k1() { return kMaxK1; }
+
+int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, void* stream) {
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    switch (N) {
+    case 32: return launch_fwd<32>(p, blocks, s);
+    case 64: return launch_fwd<64>(p, blocks, s);
+    case 128: return launch_fwd<128>(p, blocks, s);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t smem, void* stream) {
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    switch (N) {
+    case 32: return launch_bwd<32>(p, blocks, smem, s);
+    case 64: return launch_bwd<64>(p, blocks, smem, s);
+    case 128: return launch_bwd<128>(p, blocks, smem, s);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+int rwkv7_prepare_backward(int N, size_t smem) {
+    const int bytes = (int)smem;
+    switch (N) {
+    case 32: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 64: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 128: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+int rwkv7_check_kernel_image(int N) {
+    cudaFuncAttributes attr;
+    switch (N) {
+    case 32: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<32>);
+    case 64: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<64>);
+    case 128: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<128>);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+} // namespace wkv_cuda

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build everything with CUDA (Release, sm_90), run ctest (the CUDA
+# tests included), compute-sanitizer (memcheck + racecheck) on part of the CUDA tests,
+# `wkv-bench golden --backend cuda` in f32/f16/bf16, and the RWKV-7 anchor shapes with
+# device-side timing (wkv-cuda-bench: CUDA events) and with `wkv-bench perf --backend cuda`.
+# Logs go to $OUT (default build-device/out); a summary is printed last.
+#
+#   scripts/device.sh prep   here, once: copies the doctest header (a Debian package that the
+#                            GPU machine lacks) into build-deps/ (ignored by git), to be carried
+#   scripts/device.sh        there: everything above
+#
+# With the device tool: run(command="scripts/device.sh", carry=["build-deps"], timeout_s=600).
+# Environment: WKV_DEVICE_ARCH (default 90), WKV_DEVICE_QUICK=1 (skip the sanitizers and the
+# wkv-bench perf run).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+if [ "${1:-}" = "prep" ]; then
+  src=/usr/include/doctest/doctest.h
+  [ -f "$src" ] || { echo "device.sh prep: $src not found (apt-get install doctest-dev)"; exit 1; }
+  mkdir -p build-deps/doctest
+  cp "$src" build-deps/doctest/doctest.h
+  echo "device.sh prep: build-deps/doctest/doctest.h ready; carry \"build-deps\""
+  exit 0
+fi
+
+out=${OUT:-$root/build-device/out}
+mkdir -p "$out"
+build=$root/build-device
+arch=${WKV_DEVICE_ARCH:-90}
+summary=$out/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+t_start=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t_start ))s] $*"; }
+
+{
+  stamp "machine"
+  nvidia-smi -L 2>&1 || true
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 || true
+  nvcc --version 2>&1 | tail -2
+  cmake --version 2>&1 | head -1
+  nproc
+} >"$out/build.log" 2>&1
+
+# ------------------------------------------------------------------------------- build
+doctest_args=()
+if [ -f "$root/build-deps/doctest/doctest.h" ]; then
+  doctest_args=(-DDOCTEST_INCLUDE_DIR="$root/build-deps")
+elif [ ! -f /usr/include/doctest/doctest.h ]; then
+  note "WARNING: no doctest header (run 'scripts/device.sh prep' here and carry build-deps)"
+fi
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+stamp "configure + build" >>"$out/build.log"
+if ! cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DWKV_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="$arch" -DWKV_CUDA_PTXAS_VERBOSE=ON "${doctest_args[@]}" \
+      >>"$out/build.log" 2>&1 ||
+   ! cmake --build "$build" -j"$(nproc)" >>"$out/build.log" 2>&1; then
+  note "BUILD FAILED (see build.log)"
+  tail -40 "$out/build.log"
+  exit 1
+fi
+grep -E "ptxas info *: (Compiling|Used)|spill" "$out/build.log" | sed 's/_ZN8wkv_cuda[^ ]*kernelILi/kernel<N=/' |
+  tail -18 >>"$summary"
+stamp "build done" | tee -a "$summary"
+bench=$build/tools/wkv-bench/wkv-bench
+cbench=$build/backends/cuda/bench/wkv-cuda-bench
+"$bench" info >>"$summary" 2>&1
+
+# ------------------------------------------------------------------------------- tests
+exclude=()
+command -v pkg-config >/dev/null 2>&1 || { exclude=(-E wkv_consumer); note "note: no pkg-config here: wkv_consumer not run"; }
+(cd "$build" && ctest --output-on-failure -j4 --timeout 300 "${exclude[@]}") >"$out/ctest.log" 2>&1
+ctest_rc=$?
+grep -E "tests passed|Test +#|Skipped|Failed" "$out/ctest.log" | tee -a "$summary"
+stamp "ctest rc=$ctest_rc" | tee -a "$summary"
+
+# per-file golden results of the CUDA tests (device memory, both state orders)
+"$build/backends/cuda/tests/wkv_cuda_tests" -tc="*golden*" -s >"$out/cuda_tests.log" 2>&1
+grep -E "MESSAGE: golden" "$out/cuda_tests.log" | sed 's/.*MESSAGE: //' | tee -a "$summary"
+"$build/backends/cuda/tests/wkv_cuda_tests" -tc="*info*" -s 2>&1 | grep "MESSAGE: device" | tee -a "$summary"
+
+# the command-line checker on the CUDA backend (host tensors: needs the core to stage them)
+for dt in f32 f16 bf16; do
+  echo "== wkv-bench golden --backend cuda --dtype $dt" >>"$out/golden_bench.log"
+  "$bench" golden --backend cuda --dtype "$dt" "$root"/tests/golden/wkv7_*.safetensors >>"$out/golden_bench.log" 2>&1
+  echo "rc=$?" >>"$out/golden_bench.log"
+done
+note "wkv-bench golden --backend cuda: $(grep -c PASS "$out/golden_bench.log") PASS lines, $(grep -c FAIL "$out/golden_bench.log") FAIL lines (golden_bench.log)"
+stamp "golden done" | tee -a "$summary"
+
+# ------------------------------------------------------------------------------- perf
+perf=$out/perf.jsonl
+: >"$perf"
+pt() { "$cbench" --json "$@" >>"$perf" 2>>"$out/build.log" || note "wkv-cuda-bench $* failed"; }
+# anchors (H=32, N=64): train fwd / bwd / fwd+bwd bf16 B=8 T=4096; prefill f16 B=1 T=4096;
+# decode T=1 at B=256 and B=1 (CUDA graph)
+pt --B 8 --T 4096 --dtype bf16 --pass all --repeat 10
+pt --B 8 --T 4096 --dtype bf16 --pass forward --no-state --repeat 10
+pt --B 1 --T 4096 --dtype f16 --pass forward --repeat 10
+pt --B 256 --T 1 --dtype f32,bf16 --pass forward --graph --inner 20 --repeat 20
+pt --B 256 --T 1 --dtype f32 --pass forward --inner 20 --repeat 20
+pt --B 1 --T 1 --dtype f32 --pass forward --graph --inner 200 --repeat 20
+pt --B 1 --T 1 --dtype f32 --pass forward --inner 200 --repeat 20
+# other head sizes
+pt --B 8 --T 1024 --H 64 --N 32 --dtype bf16 --pass all --repeat 5
+pt --B 8 --T 1024 --H 16 --N 128 --dtype bf16 --pass all --repeat 5
+stamp "device-timed perf done" | tee -a "$summary"
+if [ "${WKV_DEVICE_QUICK:-0}" != 1 ]; then
+  # wkv-bench perf (host tensors, wall clock): works once the core accepts host tensors on CUDA
+  "$bench" perf --backend cuda --B 8 --T 4096 --H 32 --N 64 --dtype bf16 --repeat 3 --json \
+    >>"$perf" 2>>"$out/golden_bench.log" || note "wkv-bench perf --backend cuda failed (golden_bench.log)"
+fi
+
+# ------------------------------------------------------------------------------- sanitizers
+if [ "${WKV_DEVICE_QUICK:-0}" != 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+  san=$out/sanitizer.log
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool" >>"$san"
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$build/backends/cuda/tests/wkv_cuda_tests" -tc="$([ $tool = memcheck ] && echo "*dtype and decay form*,*packed*,*graph*" || echo "*graph*")" >>"$san" 2>&1
+    rc=$?
+    note "compute-sanitizer $tool: rc=$rc, $(grep -E -c '(Invalid|Race|Hazard|ERROR SUMMARY: [1-9])' "$san") error lines; $(grep 'ERROR SUMMARY' "$san" | tail -1)"
+  done
+  stamp "sanitizers done" | tee -a "$summary"
+fi
+
+# ------------------------------------------------------------------------------- profile
+# One launch each of the forward and backward kernels under Nsight Compute (B=8 T=1024).
+if [ "${WKV_DEVICE_NCU:-1}" = 1 ] && command -v ncu >/dev/null 2>&1; then
+  timeout 180 ncu --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section Occupancy --section LaunchStats -k regex:rwkv7_ -c 2 \
+    "$cbench" --B 8 --T 1024 --dtype bf16 --pass fwdbwd --repeat 1 --warmup 0 >"$out/ncu.txt" 2>&1
+  note "ncu: rc=$? (ncu.txt)"
+  grep -E "rwkv7_|Duration|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Issued Warp|No Eligible|Achieved Occupancy|Registers Per|Stall" "$out/ncu.txt" | head -40 >>"$summary"
+fi
+
+# ------------------------------------------------------------------------------- summary
+echo
+echo "==================== perf (median ms, CUDA events) ===================="
+python3 - "$perf" <<'EOF' | tee -a "$summary"
+import json, sys
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line.startswith("{"): continue
+    r = json.loads(line)
+    extra = (" graph" if r.get("graph") else "") + ("" if r.get("state", True) else " no-state")
+    timing = r.get("timing", "wall")
+    print(f"{r['pass']:8s} {r['dtype']:4s} B={r['B']:<4} T={r['T']:<5} H={r['H']} N={r['N']}{extra:10s}"
+          f" {r['median_ms']:10.4f} ms (min {r['min_ms']:.4f})  {r['gbps']:8.1f} GB/s"
+          f"  host {r.get('host_us', float('nan')):.2f} us  [{timing}]")
+EOF
+echo "==================== summary ===================="
+cat "$summary"
+exit $ctest_rc
