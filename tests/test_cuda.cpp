@@ -72,6 +72,7 @@ TEST_CASE("cuda: the backend describes itself, with or without a GPU") {
 
 #include <cuda_runtime_api.h>
 
+#include <iomanip>
 #include <sstream>
 
 #include "wkv/wkv_cuda.h"
@@ -570,9 +571,11 @@ TEST_CASE("cuda: every golden wkv7 file, f32/f16/bf16, both state orders") {
                                                    << std::string(x.n) << " rel err " << e);
                 }
                 const std::string base = path.substr(path.find_last_of('/') + 1);
-                const std::string line = std::string("golden ") + (pass ? "PASS " : "FAIL ") + base + " " +
-                                         dtype_name(dt) + (km ? " key-major" : " value-major") +
-                                         " max_rel_err=" + std::to_string(worst) + " (" + worst_name + ")";
+                std::ostringstream os;
+                os << "golden " << (pass ? "PASS " : "FAIL ") << base << " " << dtype_name(dt)
+                   << (km ? " key-major" : " value-major") << " max_rel_err=" << std::scientific
+                   << std::setprecision(2) << worst << " (" << worst_name << ")";
+                const std::string line = os.str();
                 MESSAGE(line);
             }
     }
