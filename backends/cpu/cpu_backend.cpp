@@ -1,5 +1,6 @@
-/* The built-in CPU backend: its function table. Dispatches by op to the kernels (rwkv7.cpp,
- * rwkv6.cpp, rwkv4.cpp); catches every exception at this boundary. */
+/* The built-in CPU backend: its function table. Dispatches by op to the op's description
+ * (rwkv7.cpp, rwkv6.cpp, rwkv4.cpp), run by op_common.cpp; catches every exception at this
+ * boundary. */
 #include "cpu_backend.h"
 
 #include <cstddef>
@@ -17,6 +18,7 @@
 #endif
 
 #include "cpu_internal.h"
+#include "op_common.h"
 #include "rwkv4.h"
 #include "rwkv6.h"
 #include "rwkv7.h"
@@ -148,40 +150,39 @@ wkv_status guarded(wkv_message* msg, F&& f) noexcept {
     }
 }
 
+/* The CPU backend's description of op, or NULL when it does not implement it. */
+const wkv_cpu::OpDesc* find_op(wkv_op op) noexcept {
+    switch (op) {
+    case WKV_OP_RWKV7: return &wkv_cpu::kRwkv7Op;
+    case WKV_OP_RWKV6: return &wkv_cpu::kRwkv6Op;
+    case WKV_OP_RWKV4: return &wkv_cpu::kRwkv4Op;
+    default: return nullptr;
+    }
+}
+
 wkv_status cpu_workspace_size(void* state, const wkv_problem* p, size_t* out_bytes,
                               wkv_message* msg) {
     return guarded(msg, [&]() -> wkv_status {
-        const BackendState* st = static_cast<const BackendState*>(state);
-        switch (p->op) {
-        case WKV_OP_RWKV7: return wkv_cpu::rwkv7_workspace_size(st, p, out_bytes, msg);
-        case WKV_OP_RWKV6: return wkv_cpu::rwkv6_workspace_size(st, p, out_bytes, msg);
-        case WKV_OP_RWKV4: return wkv_cpu::rwkv4_workspace_size(st, p, out_bytes, msg);
-        default: return unsupported_op(p, msg);
-        }
+        const wkv_cpu::OpDesc* op = find_op(p->op);
+        if (!op) return unsupported_op(p, msg);
+        return wkv_cpu::backward_workspace_size(static_cast<const BackendState*>(state), p, *op,
+                                                out_bytes, msg);
     });
 }
 
 wkv_status cpu_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     return guarded(msg, [&]() -> wkv_status {
-        const BackendState* st = static_cast<const BackendState*>(state);
-        switch (p->op) {
-        case WKV_OP_RWKV7: return wkv_cpu::rwkv7_forward(st, p, msg);
-        case WKV_OP_RWKV6: return wkv_cpu::rwkv6_forward(st, p, msg);
-        case WKV_OP_RWKV4: return wkv_cpu::rwkv4_forward(st, p, msg);
-        default: return unsupported_op(p, msg);
-        }
+        const wkv_cpu::OpDesc* op = find_op(p->op);
+        if (!op) return unsupported_op(p, msg);
+        return wkv_cpu::run_forward(static_cast<const BackendState*>(state), p, *op, msg);
     });
 }
 
 wkv_status cpu_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     return guarded(msg, [&]() -> wkv_status {
-        const BackendState* st = static_cast<const BackendState*>(state);
-        switch (p->op) {
-        case WKV_OP_RWKV7: return wkv_cpu::rwkv7_backward(st, p, msg);
-        case WKV_OP_RWKV6: return wkv_cpu::rwkv6_backward(st, p, msg);
-        case WKV_OP_RWKV4: return wkv_cpu::rwkv4_backward(st, p, msg);
-        default: return unsupported_op(p, msg);
-        }
+        const wkv_cpu::OpDesc* op = find_op(p->op);
+        if (!op) return unsupported_op(p, msg);
+        return wkv_cpu::run_backward(static_cast<const BackendState*>(state), p, *op, msg);
     });
 }
 

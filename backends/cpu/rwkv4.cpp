@@ -60,7 +60,8 @@
  *             + A64(4 * 2 * num_seqs * C)                        (dw, du partials)
  *             + chunks * A64(4 * (4 * R + 11) * Wm)              (replay states, 11 rows)
  *   where A64(x) rounds x up to a multiple of 64. Computed in checked 64-bit arithmetic;
- *   WKV_ERROR_OVERFLOW if it does not fit in size_t.
+ *   WKV_ERROR_OVERFLOW if it does not fit in size_t. (The layout, shared by every op, is
+ *   op_common.h's; this file gives the sizes.)
  *   E.g. B=1 T=4096 C=4096: 8 MiB of checkpoints + 32 KiB of partials + chunks x 17 KiB.
  *
  * The forward allocates chunks * A64(4 * 10 * Wm) bytes of its own scratch (malloc) before it
@@ -69,9 +70,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "op_common.h"
 #include "tensor_access.h"
 
 namespace wkv_cpu {
@@ -79,18 +79,12 @@ namespace {
 
 constexpr int64_t K = kRwkv4CheckpointInterval;
 constexpr int64_t CB = kRwkv4ChannelBlock;
-constexpr uint64_t kAlign = 64;
 constexpr int64_t kForwardRows = 10;  /* aa bb ph pl w u wd k v y */
 constexpr int64_t kBackwardRows = 11; /* w u wd k v dy dk dv gaa gbb gpp */
 constexpr int64_t kStateRows = 4;     /* aa bb ph pl */
 constexpr float kRwkv4EmptyPP = -1e38f;
 
 inline int64_t min64(int64_t a, int64_t b) noexcept { return a < b ? a : b; }
-
-inline char* align_ptr(void* ptr) noexcept {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
-    return reinterpret_cast<char*>((a + (kAlign - 1)) & ~(uintptr_t)(kAlign - 1));
-}
 
 /* s + e = a + b exactly (Knuth's TwoSum); e = 0 when s is not finite. */
 inline void two_sum(float a, float b, float* s, float* e) noexcept {
@@ -258,14 +252,36 @@ void load_params(const wkv_problem* p, int64_t c0, int64_t W, float* w, float* u
 
 inline int64_t blocks(int64_t C) noexcept { return (C + CB - 1) / CB; }
 
+/* The parameter and token rows, five rows of Wm floats from `at`: w u wd k v. */
+struct Rows {
+    float *w, *u, *wd, *k, *v;
+};
+inline Rows carve_rows(float* at, int64_t Wm) noexcept {
+    Rows x;
+    x.w = at;
+    x.u = at + Wm;
+    x.wd = at + 2 * Wm;
+    x.k = at + 3 * Wm;
+    x.v = at + 4 * Wm;
+    return x;
+}
+
+/* k and v of token (batch, t), channels [c0, c0 + W), into x.k and x.v. */
+inline void load_kv(const wkv_problem* p, int64_t batch, int64_t t, int64_t c0, int64_t W,
+                    const Rows& x) noexcept {
+    load_row(p->k, token_off(p->k, batch, t, c0), W, x.k);
+    load_row(p->v, token_off(p->v, batch, t, c0), W, x.v);
+}
+
 /* --------------------------------------------------------------------------------- forward */
 
-struct ForwardJob {
-    const wkv_problem* p;
-    char* scratch; /* chunk c at scratch + c * chunk_bytes */
-    size_t chunk_bytes;
-    int64_t items, chunks;
-};
+/* One work item per (sequence, block of CB channels): item = s * blocks(C) + block. */
+uint64_t items_per_seq(const wkv_problem* p) { return (uint64_t)blocks(p->N); }
+
+/* Forward scratch per chunk: kForwardRows rows of min(CB, C). */
+uint64_t forward_chunk_floats(const wkv_problem* p, CheckedSize& c) {
+    return c.mul((uint64_t)kForwardRows, (uint64_t)min64(CB, p->N));
+}
 
 void forward_item(const wkv_problem* p, int64_t item, float* scratch) noexcept {
     const int64_t C = p->N, nb = blocks(C), Wm = min64(CB, C);
@@ -274,106 +290,37 @@ void forward_item(const wkv_problem* p, int64_t item, float* scratch) noexcept {
     wkv_problem_sequence(p, s, &batch, &t0, &t1);
 
     float* st = scratch; /* 4 rows: aa bb ph pl */
-    float* w = scratch + 4 * Wm;
-    float* u = scratch + 5 * Wm;
-    float* wd = scratch + 6 * Wm;
-    float* k = scratch + 7 * Wm;
-    float* v = scratch + 8 * Wm;
+    const Rows x = carve_rows(scratch + 4 * Wm, Wm);
     float* y = scratch + 9 * Wm;
 
     /* Read the whole state first: state_out may be the same memory. */
     load_state4(p->state_in, s, c0, W, st);
-    load_params(p, c0, W, w, u, wd);
+    load_params(p, c0, W, x.w, x.u, x.wd);
     const bool want_y = view_present(p->y);
     for (int64_t t = t0; t < t1; ++t) {
-        load_row(p->k, token_off(p->k, batch, t, c0), W, k);
-        load_row(p->v, token_off(p->v, batch, t, c0), W, v);
-        step(st, st, W, u, wd, k, v, want_y ? y : nullptr);
+        load_kv(p, batch, t, c0, W, x);
+        step(st, st, W, x.u, x.wd, x.k, x.v, want_y ? y : nullptr);
         if (want_y) store_row(p->y, token_off(p->y, batch, t, c0), W, y);
     }
     store_state4(p->state_out, s, c0, W, st);
 }
 
-void forward_task(void* data, int64_t begin, int64_t end) noexcept {
-    const ForwardJob* job = static_cast<const ForwardJob*>(data);
-    for (int64_t c = begin; c < end; ++c) {
-        float* scratch = reinterpret_cast<float*>(job->scratch + (size_t)c * job->chunk_bytes);
-        int64_t i0, i1;
-        chunk_items(job->items, job->chunks, c, &i0, &i1);
-        for (int64_t item = i0; item < i1; ++item) forward_item(job->p, item, scratch);
-    }
-}
-
 /* -------------------------------------------------------------------------------- backward */
 
-struct BackwardLayout {
-    int64_t items = 0, chunks = 0;
-    int64_t replay_states = 0; /* R */
-    uint64_t prefix_off = 0, ckpt_off = 0, part_off = 0, chunk_off = 0; /* from the aligned base */
-    uint64_t chunk_bytes = 0;
-    uint64_t total = 0; /* including the alignment slack */
-};
-
-inline int64_t segments(int64_t len) noexcept { return (len + K - 1) / K; }
-
-wkv_status plan_backward(const BackendState* st, const wkv_problem* p, BackwardLayout* out,
-                         wkv_message* msg) noexcept {
-    CheckedSize c;
+/* The backward regions (see the top of the file): R = min(K, max_s L_s) - 1 replay states
+ * (0 if that is < 0), C * G checkpoint states of kStateRows floats, dwd and du partials per
+ * sequence, and per chunk the R replay states and kBackwardRows rows, Wm = min(CB, C) wide. */
+BackwardSizes backward_sizes(const wkv_problem* p, const BackwardShape& shape, CheckedSize& c) {
     const uint64_t C = (uint64_t)p->N, Wm = (uint64_t)min64(CB, p->N);
-    const bool packed = p->seq_offsets != nullptr;
-
-    uint64_t G = 0;
-    int64_t max_len = 0;
-    if (packed) {
-        for (int64_t s = 0; s < p->num_seqs; ++s) {
-            const int64_t len = p->seq_offsets[s + 1] - p->seq_offsets[s];
-            G = c.add(G, (uint64_t)segments(len));
-            if (len > max_len) max_len = len;
-        }
-    } else {
-        G = c.mul((uint64_t)p->B, (uint64_t)segments(p->T));
-        max_len = p->T;
-    }
-    const int64_t R = max_len < 1 ? 0 : min64(max_len, K) - 1;
-
-    BackwardLayout L;
-    const uint64_t items = c.mul((uint64_t)p->num_seqs, (uint64_t)blocks(p->N));
-    L.items = items > (uint64_t)INT64_MAX ? 0 : (int64_t)items;
-    if (items > (uint64_t)INT64_MAX) c.overflow = true;
-    L.chunks = chunk_count(st, L.items);
-    L.replay_states = R;
-
-    const uint64_t prefix_bytes =
-        packed ? c.align_up(c.mul(8, c.add((uint64_t)p->num_seqs, 1)), kAlign) : 0;
-    const uint64_t ckpt_bytes = c.align_up(c.mul(4 * kStateRows, c.mul(C, G)), kAlign);
-    const uint64_t part_bytes = c.align_up(c.mul(8, c.mul((uint64_t)p->num_seqs, C)), kAlign);
+    BackwardSizes z;
+    z.replay_states = shape.max_len < 1 ? 0 : min64(shape.max_len, K) - 1;
+    z.ckpt_floats = c.mul((uint64_t)kStateRows, c.mul(C, shape.segments));
+    z.part_floats = c.mul(2, c.mul((uint64_t)p->num_seqs, C));
     const uint64_t chunk_rows =
-        c.add(c.mul((uint64_t)kStateRows, (uint64_t)R), (uint64_t)kBackwardRows);
-    L.chunk_bytes = c.align_up(c.mul(4, c.mul(chunk_rows, Wm)), kAlign);
-
-    L.prefix_off = 0;
-    L.ckpt_off = prefix_bytes;
-    L.part_off = c.add(prefix_bytes, ckpt_bytes);
-    L.chunk_off = c.add(L.part_off, part_bytes);
-    L.total = c.add(c.add(kAlign, L.chunk_off), c.mul((uint64_t)L.chunks, L.chunk_bytes));
-    (void)c.to_size(L.total);
-    if (c.overflow) {
-        set_message(msg, "the RWKV-4 backward workspace for B=%lld T=%lld C=%lld overflows size_t",
-                    (long long)p->B, (long long)p->T, (long long)p->N);
-        return WKV_ERROR_OVERFLOW;
-    }
-    *out = L;
-    return WKV_OK;
+        c.add(c.mul((uint64_t)kStateRows, (uint64_t)z.replay_states), (uint64_t)kBackwardRows);
+    z.chunk_floats = c.mul(chunk_rows, Wm);
+    return z;
 }
-
-struct BackwardJob {
-    const wkv_problem* p;
-    BackwardLayout layout;
-    const int64_t* seg_prefix; /* packed: first segment of each sequence; else NULL */
-    float* ckpt;
-    float* part; /* [num_seqs][2][C]: dwd, du partials */
-    char* chunks;
-};
 
 void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcept {
     const wkv_problem* p = job->p;
@@ -386,11 +333,7 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
 
     float* replay = scratch; /* replay_states blocks of 4 W */
     float* rows = replay + (size_t)job->layout.replay_states * (size_t)(kStateRows * Wm);
-    float* w = rows;
-    float* u = rows + Wm;
-    float* wd = rows + 2 * Wm;
-    float* k = rows + 3 * Wm;
-    float* v = rows + 4 * Wm;
+    const Rows x = carve_rows(rows, Wm);
     float* dy = rows + 5 * Wm;
     float* dk = rows + 6 * Wm;
     float* dv = rows + 7 * Wm;
@@ -412,10 +355,10 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
         }
         return;
     }
-    load_params(p, c0, W, w, u, wd);
+    load_params(p, c0, W, x.w, x.u, x.wd);
 
-    const int64_t nseg = segments(len);
-    const int64_t seg0 = job->seg_prefix ? job->seg_prefix[s] : s * segments(p->T);
+    const int64_t nseg = segment_count(len, K);
+    const int64_t seg0 = job->first_segment(s);
     float* ck = job->ckpt + (size_t)seg0 * (size_t)(kStateRows * C) +
                 (size_t)nseg * (size_t)(kStateRows * c0);
 
@@ -426,9 +369,8 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
         float* dst = ck + (size_t)(g + 1) * sz;
         for (int64_t q = 0; q < K; ++q) {
             const int64_t t = t0 + g * K + q;
-            load_row(p->k, token_off(p->k, batch, t, c0), W, k);
-            load_row(p->v, token_off(p->v, batch, t, c0), W, v);
-            step(q == 0 ? src : dst, dst, W, u, wd, k, v, nullptr);
+            load_kv(p, batch, t, c0, W, x);
+            step(q == 0 ? src : dst, dst, W, x.u, x.wd, x.k, x.v, nullptr);
         }
     }
 
@@ -440,18 +382,16 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
         const float* start = ck + (size_t)g * sz;
         /* replay[q] = the state after token ts + q, q < m - 1 */
         for (int64_t q = 0; q + 1 < m; ++q) {
-            load_row(p->k, token_off(p->k, batch, ts + q, c0), W, k);
-            load_row(p->v, token_off(p->v, batch, ts + q, c0), W, v);
-            step(q == 0 ? start : replay + (size_t)(q - 1) * sz, replay + (size_t)q * sz, W, u,
-                 wd, k, v, nullptr);
+            load_kv(p, batch, ts + q, c0, W, x);
+            step(q == 0 ? start : replay + (size_t)(q - 1) * sz, replay + (size_t)q * sz, W, x.u,
+                 x.wd, x.k, x.v, nullptr);
         }
         for (int64_t q = m - 1; q >= 0; --q) {
             const int64_t t = ts + q;
             const float* S = q == 0 ? start : replay + (size_t)(q - 1) * sz;
-            load_row(p->k, token_off(p->k, batch, t, c0), W, k);
-            load_row(p->v, token_off(p->v, batch, t, c0), W, v);
+            load_kv(p, batch, t, c0, W, x);
             load_row(p->dy, token_off(p->dy, batch, t, c0), W, dy);
-            backward_step(S, W, u, wd, k, v, dy, gaa, gbb, gpp, dk, dv, dwd, du);
+            backward_step(S, W, x.u, x.wd, x.k, x.v, dy, gaa, gbb, gpp, dk, dv, dwd, du);
             store_row(p->dk, token_off(p->dk, batch, t, c0), W, dk);
             store_row(p->dv, token_off(p->dv, batch, t, c0), W, dv);
         }
@@ -461,105 +401,15 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
     store_state4(p->dstate_in, s, c0, W, gs);
 }
 
-void backward_task(void* data, int64_t begin, int64_t end) noexcept {
-    const BackwardJob* job = static_cast<const BackwardJob*>(data);
-    for (int64_t c = begin; c < end; ++c) {
-        float* scratch =
-            reinterpret_cast<float*>(job->chunks + (size_t)c * (size_t)job->layout.chunk_bytes);
-        int64_t i0, i1;
-        chunk_items(job->layout.items, job->layout.chunks, c, &i0, &i1);
-        for (int64_t item = i0; item < i1; ++item) backward_item(job, item, scratch);
-    }
-}
-
-} // namespace
-
-/* -------------------------------------------------------------------------------- entries */
-
-wkv_status rwkv4_forward(const BackendState* st, const wkv_problem* p, wkv_message* msg) {
-    if (p->decay_form != WKV_DECAY_EXP_NEG_EXP) { /* the core already guarantees it */
-        set_message(msg, "RWKV-4 needs decay_form WKV_DECAY_EXP_NEG_EXP, not %d", (int)p->decay_form);
-        return WKV_ERROR_UNSUPPORTED;
-    }
-    CheckedSize c;
-    const uint64_t items_u = c.mul((uint64_t)p->num_seqs, (uint64_t)blocks(p->N));
-    if (items_u > (uint64_t)INT64_MAX) c.overflow = true;
-    const int64_t items = c.overflow ? 0 : (int64_t)items_u;
-    const int64_t chunks = chunk_count(st, items);
-    const uint64_t chunk_bytes =
-        c.align_up(c.mul(4, c.mul((uint64_t)kForwardRows, (uint64_t)min64(CB, p->N))), kAlign);
-    const size_t total = c.to_size(c.add(kAlign, c.mul((uint64_t)chunks, chunk_bytes)));
-    if (c.overflow) {
-        set_message(msg, "the RWKV-4 forward scratch for B=%lld C=%lld overflows size_t",
-                    (long long)p->B, (long long)p->N);
-        return WKV_ERROR_OVERFLOW;
-    }
-    if (items == 0) return WKV_OK;
-
-    void* mem = std::malloc(total);
-    if (!mem) {
-        set_message(msg, "cannot allocate %zu bytes of RWKV-4 forward scratch", total);
-        return WKV_ERROR_OUT_OF_MEMORY;
-    }
-    ForwardJob job;
-    job.p = p;
-    job.scratch = align_ptr(mem);
-    job.chunk_bytes = (size_t)chunk_bytes;
-    job.items = items;
-    job.chunks = chunks;
-    st->args.parallel_for(st->args.parallel_for_user_data, chunks, forward_task, &job);
-    std::free(mem);
-    return WKV_OK;
-}
-
-wkv_status rwkv4_workspace_size(const BackendState* st, const wkv_problem* p, size_t* out_bytes,
-                                wkv_message* msg) {
-    BackwardLayout L;
-    const wkv_status status = plan_backward(st, p, &L, msg);
-    if (status != WKV_OK) return status;
-    *out_bytes = (size_t)L.total;
-    return WKV_OK;
-}
-
-wkv_status rwkv4_backward(const BackendState* st, const wkv_problem* p, wkv_message* msg) {
-    if (p->decay_form != WKV_DECAY_EXP_NEG_EXP) {
-        set_message(msg, "RWKV-4 needs decay_form WKV_DECAY_EXP_NEG_EXP, not %d", (int)p->decay_form);
-        return WKV_ERROR_UNSUPPORTED;
-    }
-    BackwardJob job;
-    const wkv_status status = plan_backward(st, p, &job.layout, msg);
-    if (status != WKV_OK) return status;
-    if (p->workspace == nullptr || p->workspace_size < (size_t)job.layout.total) {
-        set_message(msg, "the workspace has %zu bytes; RWKV-4 backward needs %zu",
-                    p->workspace ? p->workspace_size : (size_t)0, (size_t)job.layout.total);
-        return WKV_ERROR_WORKSPACE_TOO_SMALL;
-    }
-    if (job.layout.items == 0) return WKV_OK;
-
-    char* base = align_ptr(p->workspace);
-    job.p = p;
-    job.seg_prefix = nullptr;
-    if (p->seq_offsets) {
-        int64_t* prefix = reinterpret_cast<int64_t*>(base + job.layout.prefix_off);
-        int64_t acc = 0;
-        for (int64_t s = 0; s < p->num_seqs; ++s) {
-            prefix[s] = acc;
-            acc += segments(p->seq_offsets[s + 1] - p->seq_offsets[s]);
-        }
-        prefix[p->num_seqs] = acc;
-        job.seg_prefix = prefix;
-    }
-    job.ckpt = reinterpret_cast<float*>(base + job.layout.ckpt_off);
-    job.part = reinterpret_cast<float*>(base + job.layout.part_off);
-    job.chunks = base + job.layout.chunk_off;
-    st->args.parallel_for(st->args.parallel_for_user_data, job.layout.chunks, backward_task, &job);
-
-    /* 4. the partials of sequences 0, 1, ... summed in that order into sequence 0's */
+/* 4. the partials of sequences 0, 1, ... summed in that order into sequence 0's; then
+ * dw = wd * the dwd sum (0 when that sum is 0) and du. */
+void backward_reduce(const BackwardJob* job) {
+    const wkv_problem* p = job->p;
     const int64_t C = p->N;
-    float* dwd = job.part;
-    float* du = job.part + C;
+    float* dwd = job->part;
+    float* du = job->part + C;
     for (int64_t s = 1; s < p->num_seqs; ++s) {
-        const float* pw = job.part + (size_t)(2 * s) * (size_t)C;
+        const float* pw = job->part + (size_t)(2 * s) * (size_t)C;
         const float* pu = pw + C;
         for (int64_t c = 0; c < C; ++c) {
             dwd[c] += pw[c];
@@ -577,7 +427,21 @@ wkv_status rwkv4_backward(const BackendState* st, const wkv_problem* p, wkv_mess
         store_row(p->dw, param_off(p->dw, c0), W, dw);
     }
     store_row(p->du, param_off(p->du, 0), C, du);
+}
+
+wkv_status check(const wkv_problem* p, wkv_message* msg) {
+    if (p->decay_form != WKV_DECAY_EXP_NEG_EXP) { /* the core already guarantees it */
+        set_message(msg, "RWKV-4 needs decay_form WKV_DECAY_EXP_NEG_EXP, not %d", (int)p->decay_form);
+        return WKV_ERROR_UNSUPPORTED;
+    }
     return WKV_OK;
 }
+
+} // namespace
+
+const OpDesc kRwkv4Op = {
+    "RWKV-4", K, /* by_channel */ true, check, items_per_seq, forward_chunk_floats,
+    forward_item, backward_sizes, backward_item, backward_reduce,
+};
 
 } // namespace wkv_cpu

@@ -37,7 +37,8 @@
  *             + A64(4 * H * G * N2)                              (checkpoints)
  *             + chunks * A64(4 * ((R + 1) * N2 + 16 * N))        (replay states, dS, 16 rows)
  *   where A64(x) rounds x up to a multiple of 64. Computed in checked 64-bit arithmetic;
- *   WKV_ERROR_OVERFLOW if it does not fit in size_t.
+ *   WKV_ERROR_OVERFLOW if it does not fit in size_t. (The layout, shared by every op, is
+ *   op_common.h's; this file gives the sizes.)
  *   E.g. B=1 T=4096 H=32 N=64: 64 MiB of checkpoints + chunks x 532 KiB (1 thread: 66.1 MiB).
  *
  * The forward allocates chunks * A64(4 * (2 * N2 + 8 * N)) bytes of its own scratch (malloc)
@@ -45,28 +46,19 @@
 #include "rwkv7.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
+#include "op_common.h"
 #include "tensor_access.h"
 
 namespace wkv_cpu {
 namespace {
 
 constexpr int64_t K = kRwkv7CheckpointInterval;
-constexpr uint64_t kAlign = 64;
 constexpr int64_t kForwardRows = 8;  /* r w k v a b decay y */
 constexpr int64_t kBackwardRows = 16; /* r w k v a b dy decay ddw dr dw dk dv da db dd */
 
-/* Inner loops run over j in blocks of kLanes with a scalar tail; every sum over j keeps
- * kLanes partial sums (lane u takes j = u, u + kLanes, ...; the tail continues from lane 0)
- * combined by lanes_sum(). The order is fixed by the code, not by the thread count, and the
- * fixed-size blocks let the compiler vectorize at -O2 without runtime alias checks. */
-constexpr int64_t kLanes = 8;
-
-inline float lanes_sum(const float* acc) noexcept {
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
+/* Inner loops run over j in blocks of kLanes with lanes_sum() (op_common.h). */
 
 /* One forward step, src -> dst (distinct matrices). y may be NULL:
  *   sa = src[i] . a;  dst[i][j] = src[i][j] decay[j] + sa b[j] + v[i] k[j];  y[i] = dst[i] . r */
@@ -182,32 +174,34 @@ void backward_step(float* __restrict dS, const float* __restrict St, const float
     }
 }
 
-/* Per-token input rows. */
-struct TokenRows {
-    float *r, *w, *k, *v, *a, *b, *decay;
+/* Per-token input rows: r w k v decay (op_common.h) and a b. */
+struct TokenRows : HeadRows {
+    float *a, *b;
 };
 
-/* Loads w k v a b (and r when `with_r`) of token (batch, t, h) and computes decay. */
+/* The input rows at rows[0 .. 7N): r w k v a b decay. */
+inline TokenRows carve_rows(float* rows, int64_t N) noexcept {
+    TokenRows x;
+    static_cast<HeadRows&>(x) = carve_head_rows(rows, N, 6);
+    x.a = rows + 4 * N;
+    x.b = rows + 5 * N;
+    return x;
+}
+
+/* Loads w k v a b (and r when `with_r`) of token (batch, t, h) and computes decay (and ddw). */
 inline void load_inputs(const wkv_problem* p, int64_t batch, int64_t t, int64_t h, bool with_r,
                         const TokenRows& x, float* ddw) noexcept {
-    const int64_t N = p->N;
-    if (with_r) load_token(p->r, batch, t, h, N, x.r);
-    load_token(p->w, batch, t, h, N, x.w);
-    load_token(p->k, batch, t, h, N, x.k);
-    load_token(p->v, batch, t, h, N, x.v);
-    load_token(p->a, batch, t, h, N, x.a);
-    load_token(p->b, batch, t, h, N, x.b);
-    decay_row(p->decay_form, x.w, x.decay, ddw, N);
+    load_head_rows(p, batch, t, h, with_r, x, ddw);
+    load_token(p->a, batch, t, h, p->N, x.a);
+    load_token(p->b, batch, t, h, p->N, x.b);
 }
 
 /* --------------------------------------------------------------------------------- forward */
 
-struct ForwardJob {
-    const wkv_problem* p;
-    char* scratch;      /* chunk c at scratch + c * chunk_bytes */
-    size_t chunk_bytes;
-    int64_t items, chunks;
-};
+/* Forward scratch per chunk: the state twice (ping-pong) and kForwardRows rows. */
+uint64_t forward_chunk_floats(const wkv_problem* p, CheckedSize& c) {
+    return matrices_and_rows(p, 2, kForwardRows, c);
+}
 
 void forward_item(const wkv_problem* p, int64_t item, float* scratch) noexcept {
     const int64_t H = p->H, N = p->N;
@@ -218,14 +212,7 @@ void forward_item(const wkv_problem* p, int64_t item, float* scratch) noexcept {
     float* S = scratch;       /* the state, ping-ponging between S and S2 */
     float* S2 = S + N * N;
     float* rows = S2 + N * N;
-    TokenRows x;
-    x.r = rows;
-    x.w = rows + N;
-    x.k = rows + 2 * N;
-    x.v = rows + 3 * N;
-    x.a = rows + 4 * N;
-    x.b = rows + 5 * N;
-    x.decay = rows + 6 * N;
+    const TokenRows x = carve_rows(rows, N);
     float* y = rows + 7 * N;
 
     /* Read the whole state first: state_out may be the same memory. */
@@ -242,86 +229,17 @@ void forward_item(const wkv_problem* p, int64_t item, float* scratch) noexcept {
     store_state(p->state_out, s, h, N, S);
 }
 
-void forward_task(void* data, int64_t begin, int64_t end) noexcept {
-    const ForwardJob* job = static_cast<const ForwardJob*>(data);
-    for (int64_t c = begin; c < end; ++c) {
-        float* scratch = reinterpret_cast<float*>(job->scratch + (size_t)c * job->chunk_bytes);
-        int64_t i0, i1;
-        chunk_items(job->items, job->chunks, c, &i0, &i1);
-        for (int64_t item = i0; item < i1; ++item) forward_item(job->p, item, scratch);
-    }
-}
-
 /* -------------------------------------------------------------------------------- backward */
 
-struct BackwardLayout {
-    int64_t items = 0, chunks = 0;
-    int64_t replay_states = 0; /* R */
-    uint64_t prefix_off = 0, ckpt_off = 0, chunk_off = 0; /* from the aligned base */
-    uint64_t chunk_bytes = 0;
-    uint64_t total = 0; /* including the alignment slack */
-};
-
-inline int64_t segments(int64_t len) noexcept { return (len + K - 1) / K; }
-
-wkv_status plan_backward(const BackendState* st, const wkv_problem* p, BackwardLayout* out,
-                         wkv_message* msg) noexcept {
-    CheckedSize c;
-    const uint64_t N = (uint64_t)p->N, H = (uint64_t)p->H;
-    const uint64_t n2 = c.mul(N, N);
-    const bool packed = p->seq_offsets != nullptr;
-
-    uint64_t G = 0;
-    int64_t max_len = 0;
-    if (packed) {
-        for (int64_t s = 0; s < p->num_seqs; ++s) {
-            const int64_t len = p->seq_offsets[s + 1] - p->seq_offsets[s];
-            G = c.add(G, (uint64_t)segments(len));
-            if (len > max_len) max_len = len;
-        }
-    } else {
-        G = c.mul((uint64_t)p->B, (uint64_t)segments(p->T));
-        max_len = p->T;
-    }
-    const int64_t R = max_len < K ? max_len : K;
-
-    BackwardLayout L;
-    const uint64_t items = c.mul((uint64_t)p->num_seqs, H);
-    L.items = items > (uint64_t)INT64_MAX ? 0 : (int64_t)items;
-    if (items > (uint64_t)INT64_MAX) c.overflow = true;
-    L.chunks = chunk_count(st, L.items);
-    L.replay_states = R;
-
-    const uint64_t prefix_bytes =
-        packed ? c.align_up(c.mul(8, c.add((uint64_t)p->num_seqs, 1)), kAlign) : 0;
-    const uint64_t ckpt_bytes = c.align_up(c.mul(4, c.mul(c.mul(H, G), n2)), kAlign);
-    const uint64_t chunk_floats =
-        c.add(c.mul((uint64_t)R + 1, n2), c.mul((uint64_t)kBackwardRows, N));
-    L.chunk_bytes = c.align_up(c.mul(4, chunk_floats), kAlign);
-
-    L.prefix_off = 0;
-    L.ckpt_off = prefix_bytes;
-    L.chunk_off = c.add(prefix_bytes, ckpt_bytes);
-    L.total = c.add(c.add(kAlign, L.chunk_off), c.mul((uint64_t)L.chunks, L.chunk_bytes));
-    (void)c.to_size(L.total);
-    if (c.overflow) {
-        set_message(msg,
-                    "the RWKV-7 backward workspace for B=%lld T=%lld H=%lld N=%lld overflows "
-                    "size_t",
-                    (long long)p->B, (long long)p->T, (long long)p->H, (long long)p->N);
-        return WKV_ERROR_OVERFLOW;
-    }
-    *out = L;
-    return WKV_OK;
+/* The backward regions (see the top of the file): R = min(K, max_s L_s) replay states, H * G
+ * checkpoints, and per chunk dS, the R replay states and kBackwardRows rows. */
+BackwardSizes backward_sizes(const wkv_problem* p, const BackwardShape& shape, CheckedSize& c) {
+    BackwardSizes z;
+    z.replay_states = shape.max_len < K ? shape.max_len : K;
+    z.ckpt_floats = matrices_and_rows(p, c.mul((uint64_t)p->H, shape.segments), 0, c);
+    z.chunk_floats = matrices_and_rows(p, (uint64_t)z.replay_states + 1, kBackwardRows, c);
+    return z;
 }
-
-struct BackwardJob {
-    const wkv_problem* p;
-    BackwardLayout layout;
-    const int64_t* seg_prefix; /* packed: first segment of each sequence; else NULL */
-    float* ckpt;
-    char* chunks;
-};
 
 void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcept {
     const wkv_problem* p = job->p;
@@ -335,14 +253,7 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
     float* dS = scratch;
     float* replay = dS + n2; /* replay_states matrices */
     float* rows = replay + (size_t)job->layout.replay_states * n2;
-    TokenRows x;
-    x.r = rows;
-    x.w = rows + N;
-    x.k = rows + 2 * N;
-    x.v = rows + 3 * N;
-    x.a = rows + 4 * N;
-    x.b = rows + 5 * N;
-    x.decay = rows + 6 * N;
+    const TokenRows x = carve_rows(rows, N);
     float* dy = rows + 7 * N;
     float* ddw = rows + 8 * N;
     float* dr = rows + 9 * N;
@@ -361,8 +272,8 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
         return;
     }
 
-    const int64_t nseg = segments(len);
-    const int64_t seg0 = job->seg_prefix ? job->seg_prefix[s] : s * segments(p->T);
+    const int64_t nseg = segment_count(len, K);
+    const int64_t seg0 = job->first_segment(s);
     float* ck = job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)h * (size_t)nseg) * n2;
 
     /* Runs the m tokens from ts on from state `start`, storing S_{ts+u} in replay[u]. */
@@ -412,104 +323,11 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
     store_state(p->dstate_in, s, h, N, dS);
 }
 
-void backward_task(void* data, int64_t begin, int64_t end) noexcept {
-    const BackwardJob* job = static_cast<const BackwardJob*>(data);
-    for (int64_t c = begin; c < end; ++c) {
-        float* scratch =
-            reinterpret_cast<float*>(job->chunks + (size_t)c * (size_t)job->layout.chunk_bytes);
-        int64_t i0, i1;
-        chunk_items(job->layout.items, job->layout.chunks, c, &i0, &i1);
-        for (int64_t item = i0; item < i1; ++item) backward_item(job, item, scratch);
-    }
-}
-
-inline char* align_ptr(void* ptr) noexcept {
-    const uintptr_t u = reinterpret_cast<uintptr_t>(ptr);
-    return reinterpret_cast<char*>((u + (kAlign - 1)) & ~(uintptr_t)(kAlign - 1));
-}
-
 } // namespace
 
-/* -------------------------------------------------------------------------------- entries */
-
-wkv_status rwkv7_forward(const BackendState* st, const wkv_problem* p, wkv_message* msg) {
-    if (!decay_form_supported(p->decay_form)) {
-        set_message(msg, "decay_form %d is not supported", (int)p->decay_form);
-        return WKV_ERROR_UNSUPPORTED;
-    }
-    CheckedSize c;
-    const uint64_t N = (uint64_t)p->N;
-    const uint64_t items_u = c.mul((uint64_t)p->num_seqs, (uint64_t)p->H);
-    if (items_u > (uint64_t)INT64_MAX) c.overflow = true;
-    const int64_t items = c.overflow ? 0 : (int64_t)items_u;
-    const int64_t chunks = chunk_count(st, items);
-    const uint64_t chunk_bytes =
-        c.align_up(c.mul(4, c.add(c.mul(2, c.mul(N, N)), c.mul((uint64_t)kForwardRows, N))), kAlign);
-    const size_t total = c.to_size(c.add(kAlign, c.mul((uint64_t)chunks, chunk_bytes)));
-    if (c.overflow) {
-        set_message(msg, "the RWKV-7 forward scratch for H=%lld N=%lld overflows size_t",
-                    (long long)p->H, (long long)p->N);
-        return WKV_ERROR_OVERFLOW;
-    }
-    if (items == 0) return WKV_OK;
-
-    void* mem = std::malloc(total);
-    if (!mem) {
-        set_message(msg, "cannot allocate %zu bytes of RWKV-7 forward scratch", total);
-        return WKV_ERROR_OUT_OF_MEMORY;
-    }
-    ForwardJob job;
-    job.p = p;
-    job.scratch = align_ptr(mem);
-    job.chunk_bytes = (size_t)chunk_bytes;
-    job.items = items;
-    job.chunks = chunks;
-    st->args.parallel_for(st->args.parallel_for_user_data, chunks, forward_task, &job);
-    std::free(mem);
-    return WKV_OK;
-}
-
-wkv_status rwkv7_workspace_size(const BackendState* st, const wkv_problem* p, size_t* out_bytes,
-                                wkv_message* msg) {
-    BackwardLayout L;
-    const wkv_status status = plan_backward(st, p, &L, msg);
-    if (status != WKV_OK) return status;
-    *out_bytes = (size_t)L.total;
-    return WKV_OK;
-}
-
-wkv_status rwkv7_backward(const BackendState* st, const wkv_problem* p, wkv_message* msg) {
-    if (!decay_form_supported(p->decay_form)) {
-        set_message(msg, "decay_form %d is not supported", (int)p->decay_form);
-        return WKV_ERROR_UNSUPPORTED;
-    }
-    BackwardJob job;
-    const wkv_status status = plan_backward(st, p, &job.layout, msg);
-    if (status != WKV_OK) return status;
-    if (p->workspace == nullptr || p->workspace_size < (size_t)job.layout.total) {
-        set_message(msg, "the workspace has %zu bytes; RWKV-7 backward needs %zu",
-                    p->workspace ? p->workspace_size : (size_t)0, (size_t)job.layout.total);
-        return WKV_ERROR_WORKSPACE_TOO_SMALL;
-    }
-    if (job.layout.items == 0) return WKV_OK;
-
-    char* base = align_ptr(p->workspace);
-    job.p = p;
-    job.seg_prefix = nullptr;
-    if (p->seq_offsets) {
-        int64_t* prefix = reinterpret_cast<int64_t*>(base + job.layout.prefix_off);
-        int64_t acc = 0;
-        for (int64_t s = 0; s < p->num_seqs; ++s) {
-            prefix[s] = acc;
-            acc += segments(p->seq_offsets[s + 1] - p->seq_offsets[s]);
-        }
-        prefix[p->num_seqs] = acc;
-        job.seg_prefix = prefix;
-    }
-    job.ckpt = reinterpret_cast<float*>(base + job.layout.ckpt_off);
-    job.chunks = base + job.layout.chunk_off;
-    st->args.parallel_for(st->args.parallel_for_user_data, job.layout.chunks, backward_task, &job);
-    return WKV_OK;
-}
+const OpDesc kRwkv7Op = {
+    "RWKV-7", K, /* by_channel */ false, check_decay_form, items_per_head, forward_chunk_floats,
+    forward_item, backward_sizes, backward_item, /* backward_reduce: none */ nullptr,
+};
 
 } // namespace wkv_cpu

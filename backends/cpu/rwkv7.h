@@ -1,22 +1,18 @@
-/* RWKV-7 on the CPU: forward, backward (checkpoint + replay) and the backward's workspace size.
- * Internal to backends/cpu/. p->op is WKV_OP_RWKV7 and p has been validated by the core. */
+/* RWKV-7 on the CPU: forward, backward (checkpoint + replay) and the backward's workspace size,
+ * run through op_common.h's run_forward / run_backward / backward_workspace_size with this
+ * op's description. Internal to backends/cpu/. p->op is WKV_OP_RWKV7 and p has been validated
+ * by the core. */
 #ifndef WKV_BACKENDS_CPU_RWKV7_H
 #define WKV_BACKENDS_CPU_RWKV7_H
 
-#include <cstddef>
-
-#include "backend.h"
-#include "cpu_internal.h"
+#include "op_common.h"
 
 namespace wkv_cpu {
 
 /* Tokens between two checkpointed states in the backward pass (see rwkv7.cpp). */
 constexpr int64_t kRwkv7CheckpointInterval = 32;
 
-wkv_status rwkv7_forward(const BackendState* st, const wkv_problem* p, wkv_message* msg);
-wkv_status rwkv7_backward(const BackendState* st, const wkv_problem* p, wkv_message* msg);
-wkv_status rwkv7_workspace_size(const BackendState* st, const wkv_problem* p, size_t* out_bytes,
-                                wkv_message* msg);
+extern const OpDesc kRwkv7Op;
 
 } // namespace wkv_cpu
 
