@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "half.h"
+#include "reference/wkv_reference.h"
 
 /* ----------------------------------------------------------------------- names, parsing */
 
@@ -255,6 +256,18 @@ double wkvt_rng_normal(wkvt_rng* rng) { /* Marsaglia polar method */
 
 static double wkvt_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
+/* o[0..n) = linspace(lo, hi, n) ((lo + hi) / 2 when n = 1), shuffled (Fisher-Yates) by rng. */
+static void wkvt_permuted_linspace(wkvt_rng* rng, double lo, double hi, int64_t n, double* o) {
+    for (int64_t j = 0; j < n; j++)
+        o[j] = n > 1 ? lo + (hi - lo) * (double)j / (double)(n - 1) : 0.5 * (lo + hi);
+    for (int64_t j = n - 1; j > 0; j--) {
+        int64_t m = (int64_t)(wkvt_rng_u64(rng) % (uint64_t)(j + 1));
+        double t = o[j];
+        o[j] = o[m];
+        o[m] = t;
+    }
+}
+
 void wkvt_rwkv7_random(wkvt_rng* rng, uint64_t seed_offsets, wkv_decay_form form, int64_t B,
                        int64_t T, int64_t H, int64_t N, float* r, float* w, float* k, float* v,
                        float* a, float* b) {
@@ -277,16 +290,7 @@ void wkvt_rwkv7_random(wkvt_rng* rng, uint64_t seed_offsets, wkv_decay_form form
     }
     wkvt_rng orng;
     wkvt_rng_seed(&orng, seed_offsets);
-    for (int64_t h = 0; h < H; h++) {
-        double* o = offs + h * N;
-        for (int64_t j = 0; j < N; j++) o[j] = N > 1 ? -5.0 + 8.0 * (double)j / (double)(N - 1) : -1.0;
-        for (int64_t j = N - 1; j > 0; j--) { /* Fisher-Yates */
-            int64_t m = (int64_t)(wkvt_rng_u64(&orng) % (uint64_t)(j + 1));
-            double t = o[j];
-            o[j] = o[m];
-            o[m] = t;
-        }
-    }
+    for (int64_t h = 0; h < H; h++) wkvt_permuted_linspace(&orng, -5.0, 3.0, N, offs + h * N);
     const double e05 = exp(-0.5);
     for (int64_t bi = 0; bi < B; bi++)
         for (int64_t t = 0; t < T; t++)
@@ -322,4 +326,155 @@ void wkvt_rwkv7_random(wkvt_rng* rng, uint64_t seed_offsets, wkv_decay_form form
             }
     free(offs);
     free(kk);
+}
+
+/* ---------------------------------------------------------------------------- RWKV-6 / 4 */
+
+/* The RWKV-6 decay range of the golden files: w_raw offsets from linspace(-6, 1, N). */
+#define WKVT_RWKV6_LO (-6.0)
+#define WKVT_RWKV6_HI 1.0
+
+void wkvt_rwkv6_random(wkvt_rng* rng, uint64_t seed_offsets, wkv_decay_form form, int64_t B,
+                       int64_t T, int64_t H, int64_t N, float* r, float* w, float* k, float* v,
+                       float* u) {
+    const double lo = WKVT_RWKV6_LO, hi = WKVT_RWKV6_HI;
+    double* offs = (double*)malloc((size_t)(H * N) * sizeof *offs);
+    wkvt_rng orng;
+    wkvt_rng_seed(&orng, seed_offsets);
+    if (!offs) { /* out of memory: plain but valid inputs */
+        size_t n = (size_t)(B * T * H * N);
+        for (size_t i = 0; i < n; i++) {
+            r[i] = k[i] = v[i] = 0.1f;
+            w[i] = (float)(form == WKV_DECAY_DIRECT ? 0.9
+                           : form == WKV_DECAY_LOG ? log(0.9)
+                           : form == WKV_DECAY_EXP_NEG_EXP ? log(-log(0.9))
+                                                           : 0.0);
+        }
+        if (u)
+            for (int64_t i = 0; i < H * N; i++) u[i] = 0.1f;
+        return;
+    }
+    for (int64_t h = 0; h < H; h++) wkvt_permuted_linspace(&orng, lo, hi, N, offs + h * N);
+    if (u)
+        for (int64_t i = 0; i < H * N; i++) u[i] = (float)(0.5 * wkvt_rng_normal(&orng));
+    for (int64_t bi = 0; bi < B; bi++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t j = 0; j < N; j++) {
+                    size_t i = (size_t)(((bi * T + t) * H + h) * N + j);
+                    r[i] = (float)(0.5 * wkvt_rng_normal(rng));
+                    k[i] = (float)(0.5 * wkvt_rng_normal(rng));
+                    v[i] = (float)(0.5 * wkvt_rng_normal(rng));
+                    double raw = offs[h * N + j] + 0.5 * wkvt_rng_normal(rng);
+                    double wv;
+                    switch (form) {
+                    case WKV_DECAY_EXP_NEG_EXP: wv = raw; break;
+                    case WKV_DECAY_LOG: wv = -exp(raw); break;
+                    case WKV_DECAY_DIRECT: wv = exp(-exp(raw)); break;
+                    default: /* clampw reaches (0.545, 1) only: the RWKV-7 draw */
+                        wv = -5.0 + 8.0 * (raw - lo) / (hi - lo) + wkvt_rng_normal(rng);
+                        break;
+                    }
+                    w[i] = (float)wv;
+                }
+    free(offs);
+}
+
+void wkvt_rwkv4_random(wkvt_rng* rng, uint64_t seed_offsets, int64_t B, int64_t T, int64_t C,
+                       float* w, float* u, float* k, float* v) {
+    double* offs = (double*)malloc((size_t)C * sizeof *offs);
+    wkvt_rng orng;
+    wkvt_rng_seed(&orng, seed_offsets);
+    if (w && u) {
+        if (offs) wkvt_permuted_linspace(&orng, -5.0, 3.0, C, offs);
+        for (int64_t c = 0; c < C; c++) {
+            w[c] = (float)((offs ? offs[c] : -1.0) + 0.3 * wkvt_rng_normal(&orng));
+            u[c] = (float)(log(0.3) + 0.5 * wkvt_rng_normal(&orng));
+        }
+    }
+    free(offs);
+    size_t n = (size_t)(B * T * C);
+    for (size_t i = 0; i < n; i++) {
+        k[i] = (float)(0.5 * wkvt_rng_normal(rng));
+        v[i] = (float)(0.5 * wkvt_rng_normal(rng));
+    }
+}
+
+/* float -> double copy into a new array (NULL when out of memory). */
+static double* wkvt_to_f64(const float* x, size_t n) {
+    double* d = (double*)malloc((n ? n : 1) * sizeof *d);
+    if (d)
+        for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+
+int wkvt_rwkv6_prefix_state(wkvt_rng* rng, uint64_t seed_offsets, wkv_decay_form form,
+                            int64_t B, int64_t H, int64_t N, const float* u, int64_t prefix,
+                            float* s0) {
+    const size_t n = (size_t)(B * prefix * H * N), sn = (size_t)(B * H * N * N);
+    float* f = (float*)malloc((4 * n + 1) * sizeof *f);
+    double *d[5] = {0}, *sT = (double*)malloc(sn * sizeof *sT), *y = NULL;
+    int rc = -1;
+    for (size_t i = 0; i < sn; i++) s0[i] = 0.0f;
+    if (!f || !sT) goto done;
+    wkvt_rwkv6_random(rng, seed_offsets, form, B, prefix, H, N, f, f + n, f + 2 * n, f + 3 * n,
+                      NULL);
+    for (int i = 0; i < 4; i++)
+        if (!(d[i] = wkvt_to_f64(f + (size_t)i * n, n))) goto done;
+    if (!(d[4] = wkvt_to_f64(u, (size_t)(H * N))) || !(y = (double*)malloc((n + 1) * sizeof *y)))
+        goto done;
+    wkv_ref_rwkv6 in;
+    in.B = B;
+    in.T = prefix;
+    in.H = H;
+    in.N = N;
+    in.decay_form = form;
+    in.r = d[0];
+    in.w = d[1];
+    in.k = d[2];
+    in.v = d[3];
+    in.u = d[4];
+    in.s0 = NULL;
+    wkv_ref_rwkv6_forward(&in, y, sT);
+    for (size_t i = 0; i < sn; i++) s0[i] = (float)sT[i];
+    rc = 0;
+done:
+    for (int i = 0; i < 5; i++) free(d[i]);
+    free(f);
+    free(sT);
+    free(y);
+    return rc;
+}
+
+int wkvt_rwkv4_prefix_state(wkvt_rng* rng, int64_t B, int64_t C, const float* w, const float* u,
+                            int64_t prefix, float* s0) {
+    const size_t n = (size_t)(B * prefix * C), sn = (size_t)(B * 3 * C);
+    float* f = (float*)malloc((2 * n + 1) * sizeof *f);
+    double *d[4] = {0}, *sT = (double*)malloc(sn * sizeof *sT), *y = NULL;
+    int rc = -1;
+    for (size_t i = 0; i < sn; i++) s0[i] = (i / (size_t)C) % 3 == 2 ? -1e38f : 0.0f; /* empty */
+    if (!f || !sT) goto done;
+    wkvt_rwkv4_random(rng, 0, B, prefix, C, NULL, NULL, f, f + n);
+    if (!(d[0] = wkvt_to_f64(w, (size_t)C)) || !(d[1] = wkvt_to_f64(u, (size_t)C)) ||
+        !(d[2] = wkvt_to_f64(f, n)) || !(d[3] = wkvt_to_f64(f + n, n)) ||
+        !(y = (double*)malloc((n + 1) * sizeof *y)))
+        goto done;
+    wkv_ref_rwkv4 in;
+    in.B = B;
+    in.T = prefix;
+    in.C = C;
+    in.w = d[0];
+    in.u = d[1];
+    in.k = d[2];
+    in.v = d[3];
+    in.s0 = NULL;
+    wkv_ref_rwkv4_forward(&in, y, sT);
+    for (size_t i = 0; i < sn; i++) s0[i] = (float)sT[i];
+    rc = 0;
+done:
+    for (int i = 0; i < 4; i++) free(d[i]);
+    free(f);
+    free(sT);
+    free(y);
+    return rc;
 }

@@ -1,5 +1,5 @@
 /* Small helpers shared by wkv-bench and the tests: names of enums, dtype conversion, error
- * norms, a timer, a seeded random generator and realistic RWKV-7 inputs. */
+ * norms, a timer, a seeded random generator and realistic RWKV-7, RWKV-6 and RWKV-4 inputs. */
 #ifndef WKV_TOOLS_WKV_TOOLS_H
 #define WKV_TOOLS_WKV_TOOLS_H
 
@@ -85,6 +85,34 @@ double wkvt_rng_normal(wkvt_rng* rng);  /* N(0, 1) */
 void wkvt_rwkv7_random(wkvt_rng* rng, uint64_t seed_offsets, wkv_decay_form form, int64_t B,
                        int64_t T, int64_t H, int64_t N, float* r, float* w, float* k, float* v,
                        float* a, float* b);
+
+/* Fills r, w, k, v ([B,T,H,N] float32, contiguous) and, when not NULL, the bonus u [H,N] the
+ * way the golden files draw RWKV-6 inputs: r, k, v ~ N(0, 0.5^2), u ~ N(0, 0.5^2); the decay is
+ * exp(-exp(w_raw)), from ~1e-6 to 0.999, with w_raw = (a per-head permutation of
+ * linspace(-6, 1, N)) + 0.5 N(0,1), and w is that decay written in `form` (exp_neg_exp:
+ * w_raw; log: -exp(w_raw); direct: the decay; clampw, which reaches only (0.545, 1): the
+ * RWKV-7 draw, -5 + 8 (w_raw + 6) / 7 + N(0,1)). The offsets and u come from seed_offsets
+ * alone (a layer's parameters); everything else from rng. */
+void wkvt_rwkv6_random(wkvt_rng* rng, uint64_t seed_offsets, wkv_decay_form form, int64_t B,
+                       int64_t T, int64_t H, int64_t N, float* r, float* w, float* k, float* v,
+                       float* u);
+
+/* RWKV-4 inputs as the golden files draw them: when w and u are not NULL, w (time_decay) [C] =
+ * (a permutation of linspace(-5, 3, C)) + 0.3 N(0,1) and u (time_first) [C] = log 0.3 +
+ * 0.5 N(0,1), from seed_offsets alone; k, v [B,T,C] ~ N(0, 0.5^2) from rng. */
+void wkvt_rwkv4_random(wkvt_rng* rng, uint64_t seed_offsets, int64_t B, int64_t T, int64_t C,
+                       float* w, float* u, float* k, float* v);
+
+/* A realistic initial state, as the golden files' s0: the state after a `prefix`-token run of
+ * fresh inputs (drawn as above, from rng) from the zero / empty state, through the float64
+ * reference, rounded to float32. RWKV-6: s0 [B,H,N,N], with the layer's u [H,N] and decay
+ * offsets (seed_offsets, form); RWKV-4: s0 [B,3,C] planar (aa, bb, pp), with the layer's w
+ * and u [C]. Return 0, or -1 when out of memory (then s0 is the zero / empty state). */
+int wkvt_rwkv6_prefix_state(wkvt_rng* rng, uint64_t seed_offsets, wkv_decay_form form,
+                            int64_t B, int64_t H, int64_t N, const float* u, int64_t prefix,
+                            float* s0);
+int wkvt_rwkv4_prefix_state(wkvt_rng* rng, int64_t B, int64_t C, const float* w, const float* u,
+                            int64_t prefix, float* s0);
 
 #ifdef __cplusplus
 }

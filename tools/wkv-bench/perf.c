@@ -7,52 +7,107 @@
 #include "bench.h"
 #include "wkv_tools.h"
 
-/* Nominal flop counts per token and head (N = head size), used for GFLOP/s:
- *   forward:  9 N^2  = sa (N^2 multiply-adds: 2 N^2) + update (S*decay + sa*b + v*k: 3 mul
- *             + 2 add per element: 5 N^2) + readout (2 N^2)
- *   backward: 28 N^2 = the forward recomputed (9 N^2) + the gradient recurrence: dS += dy r^T,
- *             dr, dk, dv, d decay, db, d sa, da (2 N^2 each: 16 N^2), dS <- dS diag(decay) +
- *             d sa a^T (3 N^2) */
-#define PERF_FLOP_FWD 9.0
-#define PERF_FLOP_BWD 28.0
+/* Nominal flop counts (used for GFLOP/s), counted from each recurrence as wkv.h writes it; a
+ * multiply, add, max, divide or exp counts 1, lower-order terms are left out.
+ * RWKV-7, per token and head (N = head size):
+ *   forward   9 N^2 = sa (2 N^2) + update S*decay + sa*b + v*k (5 N^2) + readout S.r (2 N^2)
+ *   backward 28 N^2 = the forward recomputed (9 N^2) + gradients: dS += dy r^T, dr, dk, dv,
+ *                     d decay, db, d sa, da (2 N^2 each: 16 N^2), dS <- dS diag(decay) +
+ *                     d sa a^T (3 N^2)
+ * RWKV-6, per token and head:
+ *   forward   5 N^2 = readout S.r (2 N^2) + update S*decay + v*k (3 N^2)   (the bonus
+ *                     r.(u*k) and v*ruk are O(N), not counted)
+ *   backward 16 N^2 = the forward recomputed (5 N^2) + gradients: dv = dS.k, dk = dS^T v,
+ *                     d decay = sum_i dS*S, dr = S^T dy (2 N^2 each: 8 N^2), dS <- dS
+ *                     diag(decay) + dy r^T (3 N^2)   (du, dw and the bonus terms are O(N))
+ * RWKV-4, per token and channel (C = H * N channels):
+ *   forward   23    = output: u + k, max, 2 x (subtract, exp), e1*aa + e2*v, e1*bb + e2,
+ *                     divide (12); state update: pp + wd, max, 2 x (subtract, exp),
+ *                     A*aa + Bk*v, A*bb + Bk (11)
+ *   backward  54    = the forward recomputed (23) + gradients (31): through y gy, gy*e1,
+ *                     -gy*e1*y, gy*e1*(aa - y*bb), gy*e2, gy*e2*(v - y) (10); through the
+ *                     update dA, dB, dA*A, dq2, gaa*A, gbb*A, the pp and wd shares, gaa*Bk,
+ *                     dB*Bk, the routing of dq2 (20); du (1) */
+static const struct perf_op {
+    wkv_op op;
+    const char* name;
+    double flop_fwd, flop_bwd; /* per token and head x N^2, or per token and channel (RWKV-4) */
+    int ntok_in;               /* per-token inputs (each [B,T,H,N]); as many gradients */
+    int npar;                  /* per-layer inputs of H*N elements (u; w and u); as many grads */
+} perf_ops[] = {
+    {WKV_OP_RWKV7, "rwkv7", 9.0, 28.0, 6, 0},
+    {WKV_OP_RWKV6, "rwkv6", 5.0, 16.0, 4, 1},
+    {WKV_OP_RWKV4, "rwkv4", 23.0, 54.0, 2, 2},
+};
+enum { PERF_NOPS = 3 };
+typedef struct perf_op perf_op;
 
 enum { PERF_MAX_LIST = 16 };
+/* Tokens of the random prefix run that makes the RWKV-6 and RWKV-4 initial states. */
+enum { PERF_STATE_PREFIX = 16 };
 
 static void perf_usage(FILE* f) {
     fprintf(f,
-            "usage: wkv-bench perf [--op rwkv7] [--backend auto|cpu|cuda|vulkan] [--device I]\n"
-            "                      [--B B] [--T T] [--H H] [--N N] [--dtype f32|f16|bf16]\n"
-            "                      [--threads K] [--decay FORM] [--pass forward|backward|both]\n"
-            "                      [--repeat R] [--warmup W] [--no-state] [--seed S] [--json]\n"
+            "usage: wkv-bench perf [--op rwkv7|rwkv6|rwkv4|all] [--backend auto|cpu|cuda|vulkan]\n"
+            "                      [--device I] [--B B] [--T T] [--H H] [--N N]\n"
+            "                      [--dtype f32|f16|bf16] [--threads K] [--decay FORM]\n"
+            "                      [--pass forward|backward|both] [--repeat R] [--warmup W]\n"
+            "                      [--no-state] [--seed S] [--json]\n"
             "\n"
-            "Times wkv_forward and/or wkv_backward on random inputs that look like an RWKV-7\n"
-            "model's (decays in (0.545, 1), a = -kk, b = kk*iclr), with host (CPU-memory)\n"
-            "tensors: W warm-up calls, then R timed calls (wall clock, CLOCK_MONOTONIC, around\n"
-            "each call; for a GPU backend that includes the copies to and from the device).\n"
-            "B, T, H, N, --dtype and --threads take comma-separated lists (every combination\n"
-            "is measured).\n"
+            "Times wkv_forward and/or wkv_backward on random inputs that look like a model's,\n"
+            "with host (CPU-memory) tensors: W warm-up calls, then R timed calls (wall clock,\n"
+            "CLOCK_MONOTONIC, around each call; for a GPU backend that includes the copies to\n"
+            "and from the device). --op, B, T, H, N, --dtype and --threads take comma-separated\n"
+            "lists (every combination is measured).\n"
             "\n"
-            "  --op OP        rwkv7 (the only op timed so far)\n"
+            "  --op OP        rwkv7, rwkv6, rwkv4 or all (every op the backend supports); default\n"
+            "                 rwkv7. Inputs, drawn as tests/golden/README.md describes:\n"
+            "                   rwkv7  r w k v a b [B,T,H,N]: decays in (0.545, 1), a = -kk,\n"
+            "                          b = kk*iclr; state [B,H,N,N] = 0.1 N(0,1)\n"
+            "                   rwkv6  r w k v [B,T,H,N], u [H,N]: decays exp(-exp(w_raw)) from\n"
+            "                          ~1e-6 to 0.999; state [B,H,N,N] after a %d-token prefix\n"
+            "                   rwkv4  k v [B,T,C] with C = H*N, w u [C] (time_decay,\n"
+            "                          time_first); state (aa, bb, pp) [B,3,C] after a\n"
+            "                          %d-token prefix\n"
             "  --backend B    default auto\n"
             "  --device I     GPU ordinal (default 0)\n"
-            "  --B, --T, --H, --N   batch, tokens, heads, head size (default 1, 1024, 32, 64)\n"
+            "  --B, --T, --H, --N   batch, tokens, heads, head size (default 1, 1024, 32, 64);\n"
+            "                 rwkv4 runs C = H*N channels\n"
             "  --dtype D      input/output dtype; the state is always f32 (default f32)\n"
             "  --threads K    CPU threads; 0 = WKV_NUM_THREADS or all cores (default 0)\n"
-            "  --decay FORM   clampw|log|exp_neg_exp|direct (default clampw)\n"
+            "  --decay FORM   clampw|log|exp_neg_exp|direct for rwkv7 and rwkv6 (default clampw\n"
+            "                 for rwkv7, exp_neg_exp for rwkv6); rwkv4 is always exp_neg_exp\n"
             "  --pass P       forward, backward or both (default both)\n"
             "  --repeat R     timed calls (default 5); --warmup W  untimed calls first (default 1)\n"
             "  --no-state     no state_in / state_out (start from zero, drop the final state)\n"
             "  --seed S       random seed (default 1)\n"
             "  --json         one JSON object per measurement per line, keys: op backend device\n"
-            "                 dtype B T H N threads pass median_ms min_ms tokens_per_s gflops gbps\n"
+            "                 dtype B T H N threads pass decay state repeat median_ms min_ms\n"
+            "                 tokens_per_s gflops gbps\n"
             "\n"
             "Reported per measurement: median and minimum time per call; tokens/s = B*T / median;\n"
-            "GFLOP/s from a nominal count per token and head: forward %.0f*N^2 (sa 2N^2, update\n"
-            "5N^2, readout 2N^2), backward %.0f*N^2 (forward recomputed 9N^2 + gradients 19N^2);\n"
-            "GB/s from the bytes a call must move once: forward reads r w k v a b (+ state_in)\n"
-            "and writes y (+ state_out); backward reads r w k v a b, dy (+ state_in, d state_out)\n"
-            "and writes dr dw dk dv da db (+ d state_in); workspace traffic is not counted.\n",
-            PERF_FLOP_FWD, PERF_FLOP_BWD);
+            "GFLOP/s from a nominal count of the recurrence as written (a multiply, add, max,\n"
+            "divide or exp is 1; lower-order terms left out):\n"
+            "  rwkv7  per token and head: forward %.0f*N^2 (sa 2N^2, update 5N^2, readout\n"
+            "         2N^2), backward %.0f*N^2 (forward recomputed 9N^2 + gradients 19N^2)\n"
+            "  rwkv6  per token and head: forward %.0f*N^2 (readout 2N^2, update 3N^2),\n"
+            "         backward %.0f*N^2 (forward recomputed 5N^2 + dv dk dr d-decay 8N^2 +\n"
+            "         dS update 3N^2)\n"
+            "  rwkv4  per token and channel: forward %.0f (output 12, state update 11), backward\n"
+            "         %.0f (forward recomputed 23 + gradients 31)\n"
+            "GB/s from the bytes a call must move once (each in its dtype; states f32):\n"
+            "  rwkv7  forward reads r w k v a b (+ state_in), writes y (+ state_out); backward\n"
+            "         reads r w k v a b dy (+ state_in, d state_out), writes dr dw dk dv da db\n"
+            "         (+ d state_in)\n"
+            "  rwkv6  forward reads r w k v u (+ state_in), writes y (+ state_out); backward\n"
+            "         reads r w k v u dy (+ state_in, d state_out), writes dr dw dk dv du\n"
+            "         (+ d state_in)\n"
+            "  rwkv4  forward reads k v w u (+ state_in), writes y (+ state_out); backward reads\n"
+            "         k v w u dy (+ state_in, d state_out), writes dk dv dw du (+ d state_in)\n"
+            "workspace traffic is not counted.\n",
+            (int)PERF_STATE_PREFIX, (int)PERF_STATE_PREFIX, perf_ops[0].flop_fwd,
+            perf_ops[0].flop_bwd, perf_ops[1].flop_fwd, perf_ops[1].flop_bwd,
+            perf_ops[2].flop_fwd, perf_ops[2].flop_bwd);
 }
 
 typedef struct perf_shape {
@@ -63,63 +118,95 @@ typedef struct perf_cfg {
     wkv_backend backend;
     int32_t device;
     wkv_decay_form decay;
+    int decay_set; /* --decay given */
     int fwd, bwd, repeat, warmup, json, state;
     uint64_t seed;
 } perf_cfg;
+
+/* The decay form an op runs with. */
+static wkv_decay_form perf_decay(const perf_cfg* c, const perf_op* op) {
+    if (op->op == WKV_OP_RWKV4) return WKV_DECAY_EXP_NEG_EXP;
+    if (c->decay_set) return c->decay;
+    return op->op == WKV_OP_RWKV7 ? WKV_DECAY_CLAMPW : WKV_DECAY_EXP_NEG_EXP;
+}
 
 static int cmp_double(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;
     return (x > y) - (x < y);
 }
 
-static void perf_report(const perf_cfg* c, const char* backend, const char* device,
-                        wkv_dtype dt, const perf_shape* s, int threads, const char* pass,
-                        double* times, int n, double flop_per, double bytes) {
+static void perf_report(const perf_cfg* c, const perf_op* op, const char* backend,
+                        const char* device, wkv_dtype dt, const perf_shape* s, int threads,
+                        const char* pass, double* times, int n, double flop_per, double bytes) {
     qsort(times, (size_t)n, sizeof *times, cmp_double);
     double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
     double mn = times[0];
     double tokens = (double)s->B * (double)s->T;
-    double flops = flop_per * tokens * (double)s->H * (double)s->N * (double)s->N;
+    /* per token: H heads of N^2, or (RWKV-4) C = H*N channels */
+    double per_token = (double)s->H * (double)s->N * (op->op == WKV_OP_RWKV4 ? 1.0 : (double)s->N);
+    double flops = flop_per * tokens * per_token;
     double tps = med > 0 ? tokens / med : INFINITY;
     double gflops = med > 0 ? flops / med * 1e-9 : INFINITY;
     double gbps = med > 0 ? bytes / med * 1e-9 : INFINITY;
     if (c->json) {
-        printf("{\"op\":\"rwkv7\",\"backend\":\"%s\",\"device\":", backend);
+        printf("{\"op\":\"%s\",\"backend\":\"%s\",\"device\":", op->name, backend);
         bench_json_string(stdout, device);
         printf(",\"dtype\":\"%s\",\"B\":%lld,\"T\":%lld,\"H\":%lld,\"N\":%lld,\"threads\":%d,"
                "\"pass\":\"%s\",\"decay\":\"%s\",\"state\":%s,\"repeat\":%d,\"median_ms\":%.6g,"
                "\"min_ms\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,\"gbps\":%.6g}\n",
                wkvt_dtype_name(dt), (long long)s->B, (long long)s->T, (long long)s->H,
-               (long long)s->N, threads, pass, wkvt_decay_form_name(c->decay),
+               (long long)s->N, threads, pass, wkvt_decay_form_name(perf_decay(c, op)),
                c->state ? "true" : "false", n, med * 1e3, mn * 1e3, tps, gflops, gbps);
     } else {
-        printf("rwkv7 %-8s %s %-4s B=%lld T=%lld H=%lld N=%lld threads=%d: median %.3f ms "
-               "(min %.3f)  %.4g tokens/s  %.3g GFLOP/s  %.3g GB/s\n",
-               pass, backend, wkvt_dtype_name(dt), (long long)s->B, (long long)s->T,
-               (long long)s->H, (long long)s->N, threads, med * 1e3, mn * 1e3, tps, gflops, gbps);
+        char shape[96];
+        if (op->op == WKV_OP_RWKV4)
+            snprintf(shape, sizeof shape, "B=%lld T=%lld H=%lld N=%lld (C=%lld)", (long long)s->B,
+                     (long long)s->T, (long long)s->H, (long long)s->N,
+                     (long long)(s->H * s->N));
+        else
+            snprintf(shape, sizeof shape, "B=%lld T=%lld H=%lld N=%lld", (long long)s->B,
+                     (long long)s->T, (long long)s->H, (long long)s->N);
+        printf("%s %-8s %s %-4s %s threads=%d: median %.3f ms (min %.3f)  %.4g tokens/s  "
+               "%.3g GFLOP/s  %.3g GB/s\n",
+               op->name, pass, backend, wkvt_dtype_name(dt), shape, threads, med * 1e3, mn * 1e3,
+               tps, gflops, gbps);
     }
     fflush(stdout);
 }
 
-/* One shape, one dtype, one context. Returns 0, or -1 after printing an error. */
+/* One op, one shape, one dtype, one context. Returns 0, or -1 after printing an error. */
 static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
-                    const char* device, int threads, wkv_dtype dt, const perf_shape* s) {
+                    const char* device, int threads, const perf_op* op, wkv_dtype dt,
+                    const perf_shape* s) {
+    const int r4 = op->op == WKV_OP_RWKV4, r6 = op->op == WKV_OP_RWKV6;
+    const int64_t C = s->H * s->N; /* RWKV-4 channels */
     const size_t n = (size_t)(s->B * s->T * s->H * s->N);
-    const size_t sn = (size_t)(s->B * s->H * s->N * s->N);
+    const size_t np = (size_t)(s->H * s->N); /* u [H,N]; RWKV-4 w, u [C] */
+    const size_t sn = r4 ? (size_t)(s->B * 3 * C) : (size_t)(s->B * s->H * s->N * s->N);
     const size_t es = wkvt_dtype_size(dt);
+    const wkv_decay_form decay = perf_decay(c, op);
     int rc = -1;
-    float* f[6] = {0};
-    void* in[6] = {0};
-    void* g[6] = {0};
+    float* f[6] = {0};  /* per-token inputs, float32 */
+    void* in[6] = {0};  /* ... in dt */
+    void* g[6] = {0};   /* their gradients */
+    float* fp[2] = {0}; /* per-layer inputs (RWKV-6 u; RWKV-4 w, u) */
+    void* inp[2] = {0};
+    void* gp[2] = {0};
     float *st0 = NULL, *st1 = NULL, *dsT = NULL, *ds0 = NULL, *tmp = NULL;
     void *y = NULL, *dy = NULL, *ws = NULL;
     double* times = (double*)malloc((size_t)c->repeat * sizeof *times);
     int ok = times != NULL;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < op->ntok_in; i++) {
         f[i] = (float*)malloc(n * sizeof(float));
         in[i] = malloc(n * es);
         if (c->bwd) g[i] = malloc(n * es);
         ok = ok && f[i] && in[i] && (!c->bwd || g[i]);
+    }
+    for (int i = 0; i < op->npar; i++) {
+        fp[i] = (float*)malloc(np * sizeof(float));
+        inp[i] = malloc(np * es);
+        if (c->bwd) gp[i] = malloc(np * es);
+        ok = ok && fp[i] && inp[i] && (!c->bwd || gp[i]);
     }
     y = malloc(n * es);
     dy = malloc(n * es);
@@ -129,42 +216,82 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
     dsT = (float*)malloc(sn * sizeof(float));
     ds0 = (float*)malloc(sn * sizeof(float));
     if (!ok || !y || !dy || !tmp || !st0 || !st1 || !dsT || !ds0) {
-        fprintf(stderr, "wkv-bench perf: out of memory for B=%lld T=%lld H=%lld N=%lld\n",
-                (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N);
+        fprintf(stderr, "wkv-bench perf: out of memory for %s B=%lld T=%lld H=%lld N=%lld\n",
+                op->name, (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N);
         goto done;
     }
     wkvt_rng rng;
     wkvt_rng_seed(&rng, c->seed);
-    wkvt_rwkv7_random(&rng, c->seed + 1, c->decay, s->B, s->T, s->H, s->N, f[0], f[1], f[2],
-                      f[3], f[4], f[5]);
-    for (int i = 0; i < 6; i++) wkvt_store_f32(f[i], in[i], dt, n);
+    if (r4)
+        wkvt_rwkv4_random(&rng, c->seed + 1, s->B, s->T, C, fp[0], fp[1], f[0], f[1]);
+    else if (r6)
+        wkvt_rwkv6_random(&rng, c->seed + 1, decay, s->B, s->T, s->H, s->N, f[0], f[1], f[2],
+                          f[3], fp[0]);
+    else
+        wkvt_rwkv7_random(&rng, c->seed + 1, decay, s->B, s->T, s->H, s->N, f[0], f[1], f[2],
+                          f[3], f[4], f[5]);
+    for (int i = 0; i < op->ntok_in; i++) wkvt_store_f32(f[i], in[i], dt, n);
+    for (int i = 0; i < op->npar; i++) wkvt_store_f32(fp[i], inp[i], dt, np);
     for (size_t i = 0; i < n; i++) tmp[i] = (float)wkvt_rng_normal(&rng);
     wkvt_store_f32(tmp, dy, dt, n);
-    for (size_t i = 0; i < sn; i++) {
-        st0[i] = (float)(0.1 * wkvt_rng_normal(&rng));
-        dsT[i] = (float)wkvt_rng_normal(&rng);
+    if (r4 || r6) {
+        for (size_t i = 0; i < sn; i++) dsT[i] = (float)wkvt_rng_normal(&rng);
+        /* the state after a short run, computed from the inputs as the model will see them */
+        wkvt_round_f32(fp[0], dt, np);
+        if (r4) wkvt_round_f32(fp[1], dt, np);
+        if (c->state &&
+            (r4 ? wkvt_rwkv4_prefix_state(&rng, s->B, C, fp[0], fp[1], PERF_STATE_PREFIX, st0)
+                 : wkvt_rwkv6_prefix_state(&rng, c->seed + 1, decay, s->B, s->H, s->N, fp[0],
+                                           PERF_STATE_PREFIX, st0))) {
+            fprintf(stderr, "wkv-bench perf: out of memory for the %s initial state\n", op->name);
+            goto done;
+        }
+    } else {
+        for (size_t i = 0; i < sn; i++) {
+            st0[i] = (float)(0.1 * wkvt_rng_normal(&rng));
+            dsT[i] = (float)wkvt_rng_normal(&rng);
+        }
     }
 
-    int64_t shape[4] = {s->B, s->T, s->H, s->N};
-    int64_t sshape[4] = {s->B, s->H, s->N, s->N};
+    int64_t shape[4] = {s->B, s->T, s->H, s->N}, shape3[3] = {s->B, s->T, C};
+    int64_t sshape[4] = {s->B, s->H, s->N, s->N}, sshape4[3] = {s->B, 3, C};
+    int64_t ushape[2] = {s->H, s->N}, cshape[1] = {C};
+    const int64_t* tshape = r4 ? shape3 : shape; /* per-token tensors */
+    const int tdim = r4 ? 3 : 4;
     wkv_forward_desc fd;
     memset(&fd, 0, sizeof fd);
     fd.struct_size = sizeof fd;
-    fd.op = WKV_OP_RWKV7;
-    fd.decay_form = c->decay;
-    fd.r = wkv_tensor_make(in[0], dt, 4, shape);
-    fd.w = wkv_tensor_make(in[1], dt, 4, shape);
-    fd.k = wkv_tensor_make(in[2], dt, 4, shape);
-    fd.v = wkv_tensor_make(in[3], dt, 4, shape);
-    fd.a = wkv_tensor_make(in[4], dt, 4, shape);
-    fd.b = wkv_tensor_make(in[5], dt, 4, shape);
-    fd.y = wkv_tensor_make(y, dt, 4, shape);
+    fd.op = op->op;
+    fd.decay_form = decay;
+    if (r4) {
+        fd.w = wkv_tensor_make(inp[0], dt, 1, cshape);
+        fd.u = wkv_tensor_make(inp[1], dt, 1, cshape);
+        fd.k = wkv_tensor_make(in[0], dt, 3, shape3);
+        fd.v = wkv_tensor_make(in[1], dt, 3, shape3);
+    } else {
+        fd.r = wkv_tensor_make(in[0], dt, 4, shape);
+        fd.w = wkv_tensor_make(in[1], dt, 4, shape);
+        fd.k = wkv_tensor_make(in[2], dt, 4, shape);
+        fd.v = wkv_tensor_make(in[3], dt, 4, shape);
+        if (r6) {
+            fd.u = wkv_tensor_make(inp[0], dt, 2, ushape);
+        } else {
+            fd.a = wkv_tensor_make(in[4], dt, 4, shape);
+            fd.b = wkv_tensor_make(in[5], dt, 4, shape);
+        }
+    }
+    fd.y = wkv_tensor_make(y, dt, tdim, tshape);
     if (c->state) {
-        fd.state_in = wkv_tensor_make(st0, WKV_DTYPE_F32, 4, sshape);
-        fd.state_out = wkv_tensor_make(st1, WKV_DTYPE_F32, 4, sshape);
+        fd.state_in = r4 ? wkv_tensor_make(st0, WKV_DTYPE_F32, 3, sshape4)
+                         : wkv_tensor_make(st0, WKV_DTYPE_F32, 4, sshape);
+        fd.state_out = fd.state_in;
+        fd.state_out.data = st1;
     }
     const double state_bytes = c->state ? (double)sn * 4.0 : 0.0;
     const double tok_bytes = (double)n * (double)es;
+    const double par_bytes = (double)np * (double)es;
+    /* per-token tensors a call reads or writes once (see --help) */
+    const double fwd_tok = (double)op->ntok_in + 1.0, bwd_tok = 2.0 * (double)op->ntok_in + 1.0;
     wkv_status st;
 
     if (c->fwd) {
@@ -173,36 +300,52 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
             st = wkv_forward(ctx, &fd);
             double t1 = wkvt_now();
             if (st != WKV_OK) {
-                fprintf(stderr, "wkv-bench perf: wkv_forward (B=%lld T=%lld H=%lld N=%lld %s): %s\n",
-                        (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N,
-                        wkvt_dtype_name(dt), wkv_last_error(ctx));
+                fprintf(stderr,
+                        "wkv-bench perf: wkv_forward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
+                        op->name, (long long)s->B, (long long)s->T, (long long)s->H,
+                        (long long)s->N, wkvt_dtype_name(dt), wkv_last_error(ctx));
                 goto done;
             }
             if (i >= c->warmup) times[i - c->warmup] = t1 - t0;
         }
-        perf_report(c, backend, device, dt, s, threads, "forward", times, c->repeat,
-                    PERF_FLOP_FWD, 7.0 * tok_bytes + 2.0 * state_bytes);
+        perf_report(c, op, backend, device, dt, s, threads, "forward", times, c->repeat,
+                    op->flop_fwd,
+                    fwd_tok * tok_bytes + op->npar * par_bytes + 2.0 * state_bytes);
     }
     if (c->bwd) {
         wkv_backward_desc bd;
         memset(&bd, 0, sizeof bd);
         bd.struct_size = sizeof bd;
         bd.forward = &fd;
-        bd.dy = wkv_tensor_make(dy, dt, 4, shape);
-        bd.dr = wkv_tensor_make(g[0], dt, 4, shape);
-        bd.dw = wkv_tensor_make(g[1], dt, 4, shape);
-        bd.dk = wkv_tensor_make(g[2], dt, 4, shape);
-        bd.dv = wkv_tensor_make(g[3], dt, 4, shape);
-        bd.da = wkv_tensor_make(g[4], dt, 4, shape);
-        bd.db = wkv_tensor_make(g[5], dt, 4, shape);
+        bd.dy = wkv_tensor_make(dy, dt, tdim, tshape);
+        if (r4) {
+            bd.dw = wkv_tensor_make(gp[0], dt, 1, cshape);
+            bd.du = wkv_tensor_make(gp[1], dt, 1, cshape);
+            bd.dk = wkv_tensor_make(g[0], dt, 3, shape3);
+            bd.dv = wkv_tensor_make(g[1], dt, 3, shape3);
+        } else {
+            bd.dr = wkv_tensor_make(g[0], dt, 4, shape);
+            bd.dw = wkv_tensor_make(g[1], dt, 4, shape);
+            bd.dk = wkv_tensor_make(g[2], dt, 4, shape);
+            bd.dv = wkv_tensor_make(g[3], dt, 4, shape);
+            if (r6) {
+                bd.du = wkv_tensor_make(gp[0], dt, 2, ushape);
+            } else {
+                bd.da = wkv_tensor_make(g[4], dt, 4, shape);
+                bd.db = wkv_tensor_make(g[5], dt, 4, shape);
+            }
+        }
         if (c->state) {
-            bd.dstate_out = wkv_tensor_make(dsT, WKV_DTYPE_F32, 4, sshape);
-            bd.dstate_in = wkv_tensor_make(ds0, WKV_DTYPE_F32, 4, sshape);
+            bd.dstate_out = fd.state_in;
+            bd.dstate_out.data = dsT;
+            bd.dstate_in = fd.state_in;
+            bd.dstate_in.data = ds0;
         }
         size_t wsz = 0;
         st = wkv_workspace_size(ctx, &wsz, &bd);
         if (st != WKV_OK) {
-            fprintf(stderr, "wkv-bench perf: wkv_workspace_size: %s\n", wkv_last_error(ctx));
+            fprintf(stderr, "wkv-bench perf: wkv_workspace_size (%s): %s\n", op->name,
+                    wkv_last_error(ctx));
             goto done;
         }
         if (wsz && !(ws = malloc(wsz))) {
@@ -216,15 +359,17 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
             st = wkv_backward(ctx, &bd);
             double t1 = wkvt_now();
             if (st != WKV_OK) {
-                fprintf(stderr, "wkv-bench perf: wkv_backward (B=%lld T=%lld H=%lld N=%lld %s): %s\n",
-                        (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N,
-                        wkvt_dtype_name(dt), wkv_last_error(ctx));
+                fprintf(stderr,
+                        "wkv-bench perf: wkv_backward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
+                        op->name, (long long)s->B, (long long)s->T, (long long)s->H,
+                        (long long)s->N, wkvt_dtype_name(dt), wkv_last_error(ctx));
                 goto done;
             }
             if (i >= c->warmup) times[i - c->warmup] = t1 - t0;
         }
-        perf_report(c, backend, device, dt, s, threads, "backward", times, c->repeat,
-                    PERF_FLOP_BWD, 13.0 * tok_bytes + 3.0 * state_bytes);
+        perf_report(c, op, backend, device, dt, s, threads, "backward", times, c->repeat,
+                    op->flop_bwd,
+                    bwd_tok * tok_bytes + 2.0 * op->npar * par_bytes + 3.0 * state_bytes);
     }
     rc = 0;
 done:
@@ -232,6 +377,11 @@ done:
         free(f[i]);
         free(in[i]);
         free(g[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        free(fp[i]);
+        free(inp[i]);
+        free(gp[i]);
     }
     free(y);
     free(dy);
@@ -243,6 +393,39 @@ done:
     free(ws);
     free(times);
     return rc;
+}
+
+/* Parses --op's value (a comma-separated list, or all) into ops[]; returns the count, or -1
+ * after printing the error. */
+static int perf_parse_ops(const char* cmd, const char* v, const perf_op** ops) {
+    char buf[128];
+    int n = 0;
+    if (strlen(v) >= sizeof buf) {
+        bench_usage_error(cmd, "--op: list too long");
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (!strcmp(tok, "all")) {
+            for (int k = 0; k < PERF_NOPS; k++) ops[k] = &perf_ops[k];
+            n = PERF_NOPS;
+            continue;
+        }
+        wkv_op op;
+        if (wkvt_op_parse(tok, &op)) {
+            bench_usage_error(cmd, "--op: '%s' is not rwkv7, rwkv6, rwkv4 or all", tok);
+            return -1;
+        }
+        int seen = 0;
+        for (int k = 0; k < n; k++) seen |= ops[k]->op == op;
+        for (int k = 0; k < PERF_NOPS && !seen; k++)
+            if (perf_ops[k].op == op) ops[n++] = &perf_ops[k];
+    }
+    if (n == 0) {
+        bench_usage_error(cmd, "--op: no value");
+        return -1;
+    }
+    return n;
 }
 
 int bench_perf(int argc, char** argv) {
@@ -258,7 +441,8 @@ int bench_perf(int argc, char** argv) {
     c.seed = 1;
     int64_t Bs[PERF_MAX_LIST] = {1}, Ts[PERF_MAX_LIST] = {1024}, Hs[PERF_MAX_LIST] = {32},
             Ns[PERF_MAX_LIST] = {64}, thr[PERF_MAX_LIST] = {0};
-    int nB = 1, nT = 1, nH = 1, nN = 1, nthr = 1, ndt = 1;
+    int nB = 1, nT = 1, nH = 1, nN = 1, nthr = 1, ndt = 1, nops = 1, all_ops = 0;
+    const perf_op* ops[PERF_NOPS] = {&perf_ops[0]};
     wkv_dtype dts[PERF_MAX_LIST] = {WKV_DTYPE_F32};
     for (int i = 1; i < argc; i++) {
         const char* v = NULL;
@@ -268,11 +452,8 @@ int bench_perf(int argc, char** argv) {
             perf_usage(stdout);
             return BENCH_OK;
         } else if ((m = bench_opt(argc, argv, &i, cmd, "--op", &v))) {
-            wkv_op op;
-            if (m < 0) return BENCH_USAGE;
-            if (wkvt_op_parse(v, &op)) return bench_usage_error(cmd, "--op: unknown op '%s'", v);
-            if (op != WKV_OP_RWKV7)
-                return bench_usage_error(cmd, "--op: only rwkv7 is timed so far, not '%s'", v);
+            if (m < 0 || (nops = perf_parse_ops(cmd, v, ops)) < 0) return BENCH_USAGE;
+            all_ops = strstr(v, "all") != NULL;
         } else if ((m = bench_opt(argc, argv, &i, cmd, "--backend", &v))) {
             if (m < 0) return BENCH_USAGE;
             if (wkvt_backend_parse(v, &c.backend))
@@ -311,6 +492,7 @@ int bench_perf(int argc, char** argv) {
             if (m < 0) return BENCH_USAGE;
             if (wkvt_decay_form_parse(v, &c.decay))
                 return bench_usage_error(cmd, "--decay: '%s' is not clampw, log, exp_neg_exp or direct", v);
+            c.decay_set = 1;
         } else if ((m = bench_opt(argc, argv, &i, cmd, "--pass", &v))) {
             if (m < 0) return BENCH_USAGE;
             if (!strcmp(v, "forward")) c.fwd = 1, c.bwd = 0;
@@ -336,13 +518,21 @@ int bench_perf(int argc, char** argv) {
             return bench_usage_error(cmd, "unexpected argument '%s'", argv[i]);
         }
     }
+    if (nops == 1 && ops[0]->op == WKV_OP_RWKV4 && c.decay_set &&
+        c.decay != WKV_DECAY_EXP_NEG_EXP)
+        return bench_usage_error(cmd, "--decay: rwkv4 takes only exp_neg_exp, not '%s'",
+                                 wkvt_decay_form_name(c.decay));
+    int matrix_state = 0; /* an op with an N x N state per head */
+    for (int o = 0; o < nops; o++) matrix_state |= ops[o]->op != WKV_OP_RWKV4;
     /* every tensor below 2^31 elements (plenty for a benchmark, and no overflow anywhere) */
     for (int b = 0; b < nB; b++)
         for (int t = 0; t < nT; t++)
             for (int h = 0; h < nH; h++)
                 for (int n = 0; n < nN; n++) {
                     double e = (double)Bs[b] * (double)Ts[t] * (double)Hs[h] * (double)Ns[n];
-                    double se = (double)Bs[b] * (double)Hs[h] * (double)Ns[n] * (double)Ns[n];
+                    double se = matrix_state ? (double)Bs[b] * (double)Hs[h] * (double)Ns[n] *
+                                                   (double)Ns[n]
+                                             : 3.0 * (double)Bs[b] * (double)Hs[h] * (double)Ns[n];
                     if (e > 2147483647.0 || se > 2147483647.0)
                         return bench_usage_error(cmd, "B=%lld T=%lld H=%lld N=%lld is too large",
                                                  (long long)Bs[b], (long long)Ts[t],
@@ -367,20 +557,38 @@ int bench_perf(int argc, char** argv) {
         char device[256];
         bench_device_name(be, c.device, device, sizeof device);
         int threads = be == WKV_BACKEND_CPU ? bench_cpu_threads((int)thr[k]) : 0;
-        if (!c.json && k == 0)
-            printf("# backend %s, device %s; decay %s; state %s; warmup %d, repeat %d\n",
-                   wkvt_backend_name(be), device[0] ? device : "?", wkvt_decay_form_name(c.decay),
-                   c.state ? "in+out" : "none", c.warmup, c.repeat);
-        for (int d = 0; d < ndt; d++)
-            for (int b = 0; b < nB; b++)
-                for (int t = 0; t < nT; t++)
-                    for (int h = 0; h < nH; h++)
-                        for (int n = 0; n < nN; n++) {
-                            perf_shape s = {Bs[b], Ts[t], Hs[h], Ns[n]};
-                            if (perf_one(&c, ctx, wkvt_backend_name(be), device, threads, dts[d],
-                                         &s))
-                                rc = BENCH_FAIL;
-                        }
+        wkv_backend_info info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        const uint32_t supported = wkv_backend_get_info(be, &info) == WKV_OK ? info.ops : ~0u;
+        if (!c.json && k == 0) {
+            printf("# backend %s, device %s; decay", wkvt_backend_name(be),
+                   device[0] ? device : "?");
+            for (int o = 0; o < nops; o++)
+                printf("%s %s %s", o ? "," : "", ops[o]->name,
+                       wkvt_decay_form_name(perf_decay(&c, ops[o])));
+            printf("; state %s; warmup %d, repeat %d\n", c.state ? "in+out" : "none", c.warmup,
+                   c.repeat);
+        }
+        for (int o = 0; o < nops; o++) {
+            if (!(supported & (1u << ops[o]->op))) {
+                /* --op all: every op the backend supports; a named one it lacks is an error */
+                fprintf(stderr, "wkv-bench perf: backend %s does not implement %s%s\n",
+                        wkvt_backend_name(be), ops[o]->name, all_ops ? "; skipped" : "");
+                if (!all_ops) rc = BENCH_FAIL;
+                continue;
+            }
+            for (int d = 0; d < ndt; d++)
+                for (int b = 0; b < nB; b++)
+                    for (int t = 0; t < nT; t++)
+                        for (int h = 0; h < nH; h++)
+                            for (int n = 0; n < nN; n++) {
+                                perf_shape s = {Bs[b], Ts[t], Hs[h], Ns[n]};
+                                if (perf_one(&c, ctx, wkvt_backend_name(be), device, threads,
+                                             ops[o], dts[d], &s))
+                                    rc = BENCH_FAIL;
+                            }
+        }
         wkv_context_destroy(ctx);
     }
     return rc;
