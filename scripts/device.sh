@@ -11,7 +11,9 @@
 #
 # With the device tool: run(command="scripts/device.sh", carry=["build-deps"], timeout_s=600).
 # Environment: WKV_DEVICE_ARCH (default 90), WKV_DEVICE_QUICK=1 (skip the sanitizers and the
-# wkv-bench perf run).
+# wkv-bench perf run), WKV_DEVICE_PERF=0 (skip the device-timed perf runs), WKV_DEVICE_NCU=0
+# (skip Nsight Compute). The shortest full check (build, ctest, golden, demo):
+#   WKV_DEVICE_QUICK=1 WKV_DEVICE_PERF=0 WKV_DEVICE_NCU=0 scripts/device.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -82,18 +84,29 @@ stamp "ctest rc=$ctest_rc" | tee -a "$summary"
 grep -E "MESSAGE: golden" "$out/cuda_tests.log" | sed 's/.*MESSAGE: //' | tee -a "$summary"
 "$build/backends/cuda/tests/wkv_cuda_tests" -tc="*info*" -s 2>&1 | grep "MESSAGE: device" | tee -a "$summary"
 
-# the command-line checker on the CUDA backend (host tensors: needs the core to stage them)
+# the command-line checker on the CUDA backend: host tensors, staged by the plugin
+: >"$out/golden_bench.log"
 for dt in f32 f16 bf16; do
   echo "== wkv-bench golden --backend cuda --dtype $dt" >>"$out/golden_bench.log"
   "$bench" golden --backend cuda --dtype "$dt" "$root"/tests/golden/wkv7_*.safetensors >>"$out/golden_bench.log" 2>&1
   echo "rc=$?" >>"$out/golden_bench.log"
 done
-note "wkv-bench golden --backend cuda: $(grep -c PASS "$out/golden_bench.log") PASS lines, $(grep -c FAIL "$out/golden_bench.log") FAIL lines (golden_bench.log)"
+cat "$out/golden_bench.log" >>"$summary"
+note "wkv-bench golden --backend cuda: $(grep -c ' PASS ' "$out/golden_bench.log") PASS lines, $(grep -c ' FAIL ' "$out/golden_bench.log") FAIL lines (golden_bench.log)"
 stamp "golden done" | tee -a "$summary"
+
+# the demo on the best backend present (AUTO: CUDA here), host tensors; f32 and bf16
+for args in "" "--dtype bf16"; do
+  # shellcheck disable=SC2086
+  { echo "== wkv-bench demo $args"; "$bench" demo $args 2>&1; echo "rc=$?"; } >>"$out/demo.log"
+done
+cat "$out/demo.log" >>"$summary"
+stamp "demo done" | tee -a "$summary"
 
 # ------------------------------------------------------------------------------- perf
 perf=$out/perf.jsonl
 : >"$perf"
+if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
 pt() { "$cbench" --json "$@" >>"$perf" 2>>"$out/build.log" || note "wkv-cuda-bench $* failed"; }
 # anchors (H=32, N=64): train fwd / bwd / fwd+bwd bf16 B=8 T=4096; prefill f16 B=1 T=4096;
 # decode T=1 at B=256 and B=1 (CUDA graph)
@@ -108,6 +121,7 @@ pt --B 1 --T 1 --dtype f32 --pass forward --inner 200 --repeat 20
 pt --B 8 --T 1024 --H 64 --N 32 --dtype bf16 --pass all --repeat 5
 pt --B 8 --T 1024 --H 16 --N 128 --dtype bf16 --pass all --repeat 5
 stamp "device-timed perf done" | tee -a "$summary"
+fi
 if [ "${WKV_DEVICE_QUICK:-0}" != 1 ]; then
   # wkv-bench perf (host tensors, wall clock): works once the core accepts host tensors on CUDA
   "$bench" perf --backend cuda --B 8 --T 4096 --H 32 --N 64 --dtype bf16 --repeat 3 --json \

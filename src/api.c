@@ -1,5 +1,6 @@
 /* The exported entry points: contexts, the ops, introspection. Each one validates through
  * validate.c, runs the backend, and records the outcome (status, message, log). */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -306,6 +307,17 @@ wkv_status wkv_workspace_size(wkv_context* ctx, size_t* out_bytes, const wkv_bac
     return st;
 }
 
+wkv_status wkv_context_synchronize(wkv_context* ctx) {
+    wkv_status st = enter(ctx, "wkv_context_synchronize");
+    if (st) return st;
+    wkv_message m;
+    m.text[0] = '\0';
+    if (ctx->iface->synchronize) st = ctx->iface->synchronize(ctx->backend_state, &m);
+    st = finish(ctx, "wkv_context_synchronize", st, &m);
+    leave(ctx);
+    return st;
+}
+
 wkv_status wkv_context_control(wkv_context* ctx, const char* fn, wkv_backend backend, int32_t request,
                                void* data, const char* required) {
     wkv_status st = enter(ctx, fn);
@@ -395,15 +407,80 @@ struct wkv_buffer {
     uint64_t size;
 };
 
-/* Index of the first entry >= buf in ctx->buffers. */
-static size_t buffer_lower_bound(const wkv_context* ctx, const void* buf) {
-    size_t lo = 0, hi = ctx->num_buffers;
+/* Index of the first entry >= buf in a sorted array of n buffers. */
+static size_t lower_bound(wkv_buffer* const* arr, size_t n, const void* buf) {
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if ((uintptr_t)ctx->buffers[mid] < (uintptr_t)buf) lo = mid + 1;
+        if ((uintptr_t)arr[mid] < (uintptr_t)buf) lo = mid + 1;
         else hi = mid;
     }
     return lo;
+}
+
+static size_t buffer_lower_bound(const wkv_context* ctx, const void* buf) {
+    return lower_bound(ctx->buffers, ctx->num_buffers, buf);
+}
+
+/* Every live buffer of every context, sorted by address: tells a buffer of another context
+ * from a device pointer (CUDA tensors of either kind have device.type WKV_DEVICE_CUDA). */
+static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static wkv_buffer** g_live;
+static size_t g_live_cap;
+static atomic_size_t g_live_count; /* written under g_live_lock; read without it for the fast path */
+
+int wkv_buffer_is_live(const void* ptr) {
+    if (!ptr || atomic_load(&g_live_count) == 0) return 0;
+    pthread_mutex_lock(&g_live_lock);
+    size_t n = atomic_load(&g_live_count);
+    size_t i = lower_bound(g_live, n, ptr);
+    int found = i < n && (const void*)g_live[i] == ptr;
+    pthread_mutex_unlock(&g_live_lock);
+    return found;
+}
+
+/* Room for one more live buffer (0: out of memory). */
+static int live_reserve(void) {
+    pthread_mutex_lock(&g_live_lock);
+    int ok = 1;
+    size_t n = atomic_load(&g_live_count);
+    if (n == g_live_cap) {
+        size_t cap = g_live_cap ? 2 * g_live_cap : 64;
+        wkv_buffer** grown = (wkv_buffer**)realloc(g_live, cap * sizeof *grown);
+        if (grown) g_live = grown, g_live_cap = cap;
+        else ok = 0;
+    }
+    pthread_mutex_unlock(&g_live_lock);
+    return ok;
+}
+
+/* After live_reserve (another thread may have used the room: then grow again). */
+static int live_insert(wkv_buffer* buf) {
+    for (;;) {
+        pthread_mutex_lock(&g_live_lock);
+        size_t n = atomic_load(&g_live_count);
+        if (n < g_live_cap) {
+            size_t i = lower_bound(g_live, n, buf);
+            memmove(&g_live[i + 1], &g_live[i], (n - i) * sizeof *g_live);
+            g_live[i] = buf;
+            atomic_store(&g_live_count, n + 1);
+            pthread_mutex_unlock(&g_live_lock);
+            return 1;
+        }
+        pthread_mutex_unlock(&g_live_lock);
+        if (!live_reserve()) return 0;
+    }
+}
+
+static void live_remove(wkv_buffer* buf) {
+    pthread_mutex_lock(&g_live_lock);
+    size_t n = atomic_load(&g_live_count);
+    size_t i = lower_bound(g_live, n, buf);
+    if (i < n && g_live[i] == buf) {
+        memmove(&g_live[i], &g_live[i + 1], (n - i - 1) * sizeof *g_live);
+        atomic_store(&g_live_count, n - 1);
+    }
+    pthread_mutex_unlock(&g_live_lock);
 }
 
 int wkv_context_find_buffer(const wkv_context* ctx, const void* ptr, void** backend_buffer,
@@ -418,6 +495,7 @@ int wkv_context_find_buffer(const wkv_context* ctx, const void* ptr, void** back
 
 static void destroy_all_buffers(wkv_context* ctx) {
     for (size_t i = 0; i < ctx->num_buffers; ++i) {
+        live_remove(ctx->buffers[i]);
         ctx->iface->buffer_destroy(ctx->backend_state, ctx->buffers[i]->backend_buffer);
         free(ctx->buffers[i]);
     }
@@ -445,9 +523,13 @@ wkv_status wkv_buffer_create(wkv_context* ctx, uint64_t bytes, wkv_buffer** out)
         if (!grown) st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
         else ctx->buffers = grown, ctx->cap_buffers = cap;
     }
-    if (!st && !(buf = (wkv_buffer*)calloc(1, sizeof *buf)))
+    if (!st && (!(buf = (wkv_buffer*)calloc(1, sizeof *buf)) || !live_reserve()))
         st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
     if (!st) st = ctx->iface->buffer_create(ctx->backend_state, bytes, &buf->backend_buffer, &m);
+    if (!st && !live_insert(buf)) {
+        ctx->iface->buffer_destroy(ctx->backend_state, buf->backend_buffer);
+        st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
     if (!st) {
         buf->ctx = ctx;
         buf->size = bytes;
@@ -471,6 +553,7 @@ void wkv_buffer_destroy(wkv_buffer* buf) {
     if (i >= ctx->num_buffers || ctx->buffers[i] != buf) return; /* not live: ignore */
     memmove(&ctx->buffers[i], &ctx->buffers[i + 1], (ctx->num_buffers - i - 1) * sizeof *ctx->buffers);
     --ctx->num_buffers;
+    live_remove(buf);
     ctx->iface->buffer_destroy(ctx->backend_state, buf->backend_buffer);
     free(buf);
 }
@@ -481,9 +564,12 @@ wkv_tensor wkv_tensor_make_buffer(wkv_buffer* buf, uint64_t byte_offset, wkv_dty
                                   int32_t ndim, const int64_t* shape) {
     wkv_tensor t = wkv_tensor_make(buf, dtype, ndim, shape);
     t.byte_offset = byte_offset;
-    if (buf && buf->ctx->target.backend == WKV_BACKEND_VULKAN) {
-        t.device.type = WKV_DEVICE_VULKAN;
-        t.device.id = buf->ctx->target.device_index;
+    if (buf) {
+        wkv_backend be = buf->ctx->target.backend;
+        if (be == WKV_BACKEND_VULKAN || be == WKV_BACKEND_CUDA) {
+            t.device.type = be == WKV_BACKEND_VULKAN ? WKV_DEVICE_VULKAN : WKV_DEVICE_CUDA;
+            t.device.id = buf->ctx->target.device_index;
+        }
     }
     return t;
 }

@@ -42,10 +42,24 @@ typedef struct wkv_view {
     int64_t stride[4];
 } wkv_view;
 
-/* Where a view's memory is, for backends with device buffers (see wkv_problem.mem). */
+/* Where a view's memory is (see wkv_problem.mem). Three kinds:
+ *   buffer != NULL       a wkv_buffer of this backend (host = 0);
+ *   buffer == NULL, host = 1   host memory (device.type WKV_DEVICE_CPU or WKV_DEVICE_CUDA_HOST):
+ *                        view.data is a host address. The CPU backend reads it; a GPU backend
+ *                        stages it (copies the span [data + lo, data + hi) in, and out again
+ *                        for an output);
+ *   buffer == NULL, host = 0   memory the backend addresses directly: a device pointer
+ *                        (WKV_DEVICE_CUDA, WKV_DEVICE_CUDA_MANAGED) or, on the CPU backend,
+ *                        managed memory. */
 typedef struct wkv_buffer_ref {
-    void* buffer;    /* the backend's buffer handle; NULL = host memory */
-    uint64_t offset; /* byte offset inside it */
+    void* buffer;    /* the backend's buffer handle; NULL = not in a buffer */
+    uint64_t offset; /* byte offset of element (0,0,0,0) inside the buffer */
+    /* Every byte the view reaches, relative to element (0,0,0,0): [lo, hi), lo <= 0 < hi (a
+     * view with negative strides reaches below its first element). Gaps of strided views are
+     * inside the range. 0, 0 for an absent view. */
+    int64_t lo, hi;
+    int32_t host;    /* 1: host memory (above) */
+    int32_t reserved_; /* 0 */
 } wkv_buffer_ref;
 enum { WKV_PROBLEM_VIEWS = 20 }; /* the wkv_view members of wkv_problem */
 
@@ -78,17 +92,23 @@ typedef struct wkv_problem {
     void* workspace;     /* >= the backend's workspace_size() bytes (checked by the core) */
     size_t workspace_size;
 
-    /* ---- device buffers (the memory model of wkv.h's DEVICE BUFFERS section) ----
+    /* ---- memory (the memory model of wkv.h's DEVICE BUFFERS section) ----
      * Where each view's memory is. mem[i] belongs to the i-th view of this struct in order
      * (r w k v a b u y state_in state_out dy dstate_out dr dw dk dv da db du dstate_in; use
-     * wkv_problem_mem()). buffer == NULL: host memory, view.data is the address. Otherwise
-     * the view lives in a wkv_buffer of this backend: `buffer` is the backend's own handle
-     * (from buffer_create), `offset` the byte offset of element (0,0,0,0) inside it; the core
-     * has checked that every element the view reaches is inside the buffer and that offset is
-     * a multiple of the element size. view.data is then non-NULL but NOT an address. Backends
-     * without buffer_create never see buffer views. */
+     * wkv_problem_mem()). Always filled for a present view: host, lo, hi as wkv_buffer_ref
+     * says. With buffer != NULL the view lives in a wkv_buffer of this backend: `buffer` is
+     * the backend's own handle (from buffer_create), `offset` the byte offset of element
+     * (0,0,0,0) inside it; the core has checked that every element the view reaches is inside
+     * the buffer and that offset is a multiple of the element size. view.data is then non-NULL
+     * but NOT an address. Backends without buffer_create never see buffer views. */
     wkv_buffer_ref mem[WKV_PROBLEM_VIEWS];
-    wkv_buffer_ref workspace_mem; /* the workspace, likewise (buffer NULL: host memory) */
+    /* The workspace (wkv_backward only), likewise, with lo = 0 and hi = workspace_size:
+     * buffer != NULL: a wkv_buffer, [0, workspace_size) of it. Otherwise workspace is a
+     * pointer, and host = 1 when the core knows it is host memory: always on the CPU backend,
+     * and on a backend whose device memory is only wkv_buffers (Vulkan). On CUDA a pointer
+     * workspace may be a device or a host pointer (wkv.h gives it no device type): the core
+     * sets host = 0 and the plugin asks the driver (cudaPointerGetAttributes). */
+    wkv_buffer_ref workspace_mem;
 } wkv_problem;
 
 /* The memory of view v (one of p's views). */
@@ -170,6 +190,11 @@ typedef struct wkv_backend_iface {
      * available backend (e.g. Vulkan whose only devices are software rasterisers such as
      * lavapipe, slower than the CPU backend); *why says so. An explicit request still gets it. */
     int32_t (*auto_skip)(const char** why);
+
+    /* Optional (NULL = every call is complete when it returns, as on the CPU backend):
+     * wkv_context_synchronize — waits until all work this context has enqueued has finished
+     * (CUDA: cudaStreamSynchronize on the context's stream). */
+    wkv_status (*synchronize)(void* state, wkv_message* msg);
 } wkv_backend_iface;
 
 /* Requests for wkv_backend_iface.control. Values are part of the backend ABI. */

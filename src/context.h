@@ -15,6 +15,9 @@ wkv_status wkv_context_control(wkv_context* ctx, const char* fn, wkv_backend bac
  * otherwise 0. Never dereferences ptr. */
 int wkv_context_find_buffer(const wkv_context* ctx, const void* ptr, void** backend_buffer,
                             uint64_t* size);
+/* 1 when ptr is a live wkv_buffer of any context (0 at once while no buffer exists). Never
+ * dereferences ptr. */
+int wkv_buffer_is_live(const void* ptr);
 /* Records "fn: message" as the last context-free error of this thread (wkv_last_error(NULL))
  * and returns st. */
 wkv_status wkv_fail_context_free(wkv_status st, const char* fn, const char* message);

@@ -48,8 +48,9 @@ int wkv_backend_accepts_device(wkv_backend kind, int32_t t) {
     switch (kind) {
     case WKV_BACKEND_CPU:
         return t == WKV_DEVICE_CPU || t == WKV_DEVICE_CUDA_HOST || t == WKV_DEVICE_CUDA_MANAGED;
-    case WKV_BACKEND_CUDA:
-        return t == WKV_DEVICE_CUDA || t == WKV_DEVICE_CUDA_MANAGED;
+    case WKV_BACKEND_CUDA: /* host memory is staged by the plugin (wkv.h's memory model) */
+        return t == WKV_DEVICE_CUDA || t == WKV_DEVICE_CUDA_MANAGED || t == WKV_DEVICE_CPU ||
+               t == WKV_DEVICE_CUDA_HOST;
     case WKV_BACKEND_VULKAN:
         return t == WKV_DEVICE_VULKAN || t == WKV_DEVICE_CPU;
     default:

@@ -84,14 +84,23 @@ static int self_overlaps(int ndim, const int64_t* shape, const int64_t* stride) 
 
 /* ---- device buffers (wkv.h's DEVICE BUFFERS section) ---------------------------------- */
 
-/* The device type whose tensors are wkv_buffer handles on this backend (0: none). */
+/* The device type of wkv_buffer tensors on this backend (0: it has no buffers). On Vulkan
+ * every tensor of that type is a buffer; on CUDA the type is shared with device pointers, and
+ * a tensor is a buffer when its data is one of the context's live wkv_buffer objects (whose
+ * addresses are host addresses, never device pointers: unified addressing keeps them apart). */
 static int32_t buffer_device_type(wkv_backend backend) {
-    return backend == WKV_BACKEND_VULKAN ? WKV_DEVICE_VULKAN : 0;
+    return backend == WKV_BACKEND_VULKAN ? WKV_DEVICE_VULKAN
+         : backend == WKV_BACKEND_CUDA   ? WKV_DEVICE_CUDA
+                                         : 0;
 }
 
 static int is_buffer_tensor(const wkv_target* target, const wkv_tensor* t) {
     int32_t type = buffer_device_type(target->backend);
-    return type != 0 && t->device.type == type;
+    if (type == 0 || t->device.type != type) return 0;
+    if (target->backend != WKV_BACKEND_CUDA) return 1;
+    /* CUDA: a buffer of this context, or of another one (refused by check_buffer_span) */
+    return (target->ctx && wkv_context_find_buffer(target->ctx, t->data, NULL, NULL)) ||
+           wkv_buffer_is_live(t->data);
 }
 
 /* A tensor in a wkv_buffer: data must be a live buffer of the context, byte_offset a multiple
@@ -102,10 +111,15 @@ static wkv_status check_buffer_span(checker* c, const wkv_tensor* t, int64_t es,
     const char* n = c->name;
     void* handle = NULL;
     uint64_t size = 0;
-    if (!c->target->ctx || !wkv_context_find_buffer(c->target->ctx, t->data, &handle, &size))
+    if (!c->target->ctx || !wkv_context_find_buffer(c->target->ctx, t->data, &handle, &size)) {
+        if (wkv_buffer_is_live(t->data))
+            return wkv_fail(c->msg, WKV_ERROR_DEVICE_MISMATCH,
+                            "%s.data is a wkv_buffer of another context (buffers belong to the "
+                            "context that created them)", n);
         return wkv_fail(c->msg, WKV_ERROR_DEVICE_MISMATCH,
                         "%s.data is not a wkv_buffer of this context (a tensor with device.type %d "
                         "must point at one: wkv_tensor_make_buffer)", n, (int)t->device.type);
+    }
     if (t->byte_offset % (uint64_t)es != 0)
         return wkv_fail(c->msg, WKV_ERROR_INVALID_ARGUMENT,
                         "%s.byte_offset %llu is not a multiple of the element size %lld", n,
@@ -126,7 +140,7 @@ static wkv_status check_buffer_span(checker* c, const wkv_tensor* t, int64_t es,
 void wkv_problem_fill_mem(const wkv_spans* spans, wkv_problem* p) {
     for (int i = 0; i < spans->count; ++i) {
         const wkv_span* s = &spans->span[i];
-        if (s->buffer && s->role >= 0 && s->role < WKV_PROBLEM_VIEWS) p->mem[s->role] = s->mem;
+        if (s->role >= 0 && s->role < WKV_PROBLEM_VIEWS) p->mem[s->role] = s->mem;
     }
 }
 
@@ -181,7 +195,11 @@ static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rul
         t->byte_offset > (uint64_t)INT64_MAX)
         return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s spans more bytes than fit in int64", n);
     const void* in_buffer = NULL;
-    wkv_buffer_ref mem = {NULL, 0};
+    wkv_buffer_ref mem;
+    memset(&mem, 0, sizeof mem);
+    mem.lo = lo_bytes;
+    mem.hi = hi_bytes;
+    mem.host = t->device.type == WKV_DEVICE_CPU || t->device.type == WKV_DEVICE_CUDA_HOST;
     uintptr_t base = (uintptr_t)t->data, first, span_lo, span_hi;
     if (is_buffer_tensor(c->target, t)) {
         /* device buffers: the span is checked inside the buffer, as byte offsets */
@@ -607,11 +625,17 @@ wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backwa
                                       wkv_message* msg) {
     void* handle = NULL;
     uint64_t size = 0;
-    p->workspace_mem.buffer = NULL;
-    p->workspace_mem.offset = 0;
+    memset(&p->workspace_mem, 0, sizeof p->workspace_mem);
+    p->workspace_mem.hi = (int64_t)desc->workspace_size;
     if (!desc->workspace || !target->ctx || !buffer_device_type(target->backend) ||
-        !wkv_context_find_buffer(target->ctx, desc->workspace, &handle, &size))
+        !wkv_context_find_buffer(target->ctx, desc->workspace, &handle, &size)) {
+        if (desc->workspace && wkv_buffer_is_live(desc->workspace))
+            return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH,
+                            "desc->workspace is a wkv_buffer of another context");
+        /* a pointer: host memory, except on CUDA, where it may be either (see backend.h) */
+        p->workspace_mem.host = target->backend != WKV_BACKEND_CUDA;
         return wkv_validate_workspace(desc, spans, needed, msg);
+    }
     /* the workspace is a wkv_buffer: [0, workspace_size) of it */
     if (desc->workspace_size < needed)
         return wkv_fail(msg, WKV_ERROR_WORKSPACE_TOO_SMALL,

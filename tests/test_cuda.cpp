@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -125,29 +126,39 @@ const char* cuda_unavailable_reason() {
 constexpr size_t kGuard = 256;
 unsigned char guard_byte(size_t i) { return (unsigned char)(0x5Au ^ (i * 13u)); }
 
-// A device copy of a HostTensor's whole storage (gaps included) followed by a guard zone.
-struct DevMirror {
+// A copy of a HostTensor's whole storage (gaps included) followed by a guard zone, in device
+// memory (DevMirror: a device pointer) or in a wkv_buffer (BufMirror).
+struct Mirror {
     HostTensor* h = nullptr;
+    virtual ~Mirror() = default;
+    virtual void upload() = 0;
+    virtual void download() = 0;
+    virtual bool guard_ok() const = 0;
+    virtual wkv_tensor view() const = 0;
+};
+
+struct DevMirror : Mirror {
     void* d = nullptr;
     size_t bytes = 0;
 
     DevMirror() = default;
-    explicit DevMirror(HostTensor& t) : h(&t), bytes(t.buf.size()) {
+    explicit DevMirror(HostTensor& t) : bytes(t.buf.size()) {
+        h = &t;
         CU(cudaMalloc(&d, bytes + kGuard));
         std::vector<unsigned char> g(kGuard);
         for (size_t i = 0; i < kGuard; i++) g[i] = guard_byte(i);
         CU(cudaMemcpy(static_cast<char*>(d) + bytes, g.data(), kGuard, cudaMemcpyHostToDevice));
         upload();
     }
-    ~DevMirror() {
+    ~DevMirror() override {
         if (d) cudaFree(d);
     }
     DevMirror(const DevMirror&) = delete;
     DevMirror& operator=(const DevMirror&) = delete;
 
-    void upload() { CU(cudaMemcpy(d, h->buf.data(), bytes, cudaMemcpyHostToDevice)); }
-    void download() { CU(cudaMemcpy(h->buf.data(), d, bytes, cudaMemcpyDeviceToHost)); }
-    bool guard_ok() const {
+    void upload() override { CU(cudaMemcpy(d, h->buf.data(), bytes, cudaMemcpyHostToDevice)); }
+    void download() override { CU(cudaMemcpy(h->buf.data(), d, bytes, cudaMemcpyDeviceToHost)); }
+    bool guard_ok() const override {
         std::vector<unsigned char> g(kGuard);
         if (cudaMemcpy(g.data(), static_cast<const char*>(d) + bytes, kGuard, cudaMemcpyDeviceToHost) != cudaSuccess)
             return false;
@@ -156,7 +167,7 @@ struct DevMirror {
         return true;
     }
     // The host view with its data on the device.
-    wkv_tensor view() const {
+    wkv_tensor view() const override {
         wkv_tensor t = h->view();
         t.data = d;
         t.device.type = WKV_DEVICE_CUDA;
@@ -164,6 +175,53 @@ struct DevMirror {
         return t;
     }
 };
+
+// The same in a wkv_buffer of ctx (which must outlive it).
+struct BufMirror : Mirror {
+    wkv_context* ctx = nullptr;
+    wkv_buffer* b = nullptr;
+    size_t bytes = 0;
+
+    BufMirror(wkv_context* c, HostTensor& t) : ctx(c), bytes(t.buf.size()) {
+        h = &t;
+        INFO(wkv_last_error(ctx));
+        REQUIRE(wkv_buffer_create(ctx, bytes + kGuard, &b) == WKV_OK);
+        std::vector<unsigned char> g(kGuard);
+        for (size_t i = 0; i < kGuard; i++) g[i] = guard_byte(i);
+        REQUIRE(wkv_buffer_upload(ctx, b, bytes, g.data(), kGuard) == WKV_OK);
+        upload();
+    }
+    ~BufMirror() override { wkv_buffer_destroy(b); }
+    BufMirror(const BufMirror&) = delete;
+    BufMirror& operator=(const BufMirror&) = delete;
+
+    void upload() override { REQUIRE(wkv_buffer_upload(ctx, b, 0, h->buf.data(), bytes) == WKV_OK); }
+    void download() override { REQUIRE(wkv_buffer_download(ctx, b, 0, h->buf.data(), bytes) == WKV_OK); }
+    bool guard_ok() const override {
+        std::vector<unsigned char> g(kGuard);
+        if (wkv_buffer_download(ctx, b, bytes, g.data(), kGuard) != WKV_OK) return false;
+        for (size_t i = 0; i < kGuard; i++)
+            if (g[i] != guard_byte(i)) return false;
+        return true;
+    }
+    // The host view in the buffer: wkv_tensor_make_buffer, then the view's strides.
+    wkv_tensor view() const override {
+        const wkv_tensor t = h->view();
+        wkv_tensor x = wkv_tensor_make_buffer(b, t.byte_offset, t.dtype, t.ndim, t.shape);
+        x.strides = t.strides;
+        CHECK(x.device.type == WKV_DEVICE_CUDA);
+        CHECK(x.device.id == 0);
+        return x;
+    }
+};
+
+// Where run_backend puts the tensors of a CUDA call: device pointers, host memory (staged by
+// the plugin), wkv_buffers, or a mix (tensor i: host, device, buffer by i % 3; host workspace).
+enum class Mem { Device, Host, Buffer, Mixed };
+
+const char* mem_name(Mem m) {
+    return m == Mem::Device ? "device" : m == Mem::Host ? "host" : m == Mem::Buffer ? "buffer" : "mixed";
+}
 
 struct CudaContext {
     wkv_context* ctx = nullptr;
@@ -244,11 +302,15 @@ struct Results {
 };
 
 // Runs forward then backward through the public API on `backend`: host tensors for the CPU,
-// device mirrors for CUDA. Checks poisoning, guard zones and unchanged inputs along the way.
+// for CUDA what `mem` says (device mirrors by default). Checks poisoning, guard zones and
+// unchanged inputs along the way; a host workspace must come back untouched. Without a
+// device-pointer or buffer tensor, no synchronisation at all: the calls must be complete.
 Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
                     const std::vector<double>& dy, const std::vector<double>& dsT,
-                    const int64_t* seq_offsets = nullptr, int64_t num_seqs = 0) {
-    const bool cuda = backend == WKV_BACKEND_CUDA;
+                    const int64_t* seq_offsets = nullptr, int64_t num_seqs = 0,
+                    Mem mem = Mem::Device) {
+    const bool on_cuda = backend == WKV_BACKEND_CUDA;
+    const bool cuda = on_cuda && mem != Mem::Host; /* some tensor is not host memory */
     wkv_context* ctx = nullptr;
     {
         wkv_context_options o{};
@@ -290,13 +352,17 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
     for (const HostTensor& t : in) inputs_before.push_back(t.buf);
 
     // Device mirrors (CUDA only): same storage layout, data pointers replaced.
-    std::vector<std::unique_ptr<DevMirror>> mir;
+    std::vector<std::unique_ptr<Mirror>> mir;
+    int n_tensors = 0;
     auto tensor = [&](HostTensor& t) -> wkv_tensor {
-        if (!cuda) return t.view();
-        mir.emplace_back(new DevMirror(t));
+        static const Mem kRound[3] = {Mem::Host, Mem::Device, Mem::Buffer};
+        const Mem kind = mem == Mem::Mixed ? kRound[n_tensors++ % 3] : mem;
+        if (!on_cuda || kind == Mem::Host) return t.view();
+        if (kind == Mem::Buffer) mir.emplace_back(new BufMirror(ctx, t));
+        else mir.emplace_back(new DevMirror(t));
         return mir.back()->view();
     };
-    auto mirror_of = [&](HostTensor& t) -> DevMirror* {
+    auto mirror_of = [&](HostTensor& t) -> Mirror* {
         for (auto& m : mir)
             if (m->h == &t) return m.get();
         return nullptr;
@@ -327,7 +393,8 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
         REQUIRE(st == WKV_OK);
     }
     if (cuda) {
-        CU(cudaDeviceSynchronize());
+        if (mem == Mem::Device) CU(cudaDeviceSynchronize());
+        else REQUIRE(wkv_context_synchronize(ctx) == WKV_OK);
         for (auto& m : mir) m->download();
     }
     Results res;
@@ -344,10 +411,10 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
     // backward: restore s0 after an in-place forward, make y garbage
     if (c.state_in && c.in_place) {
         fill_input(s_in, to_lib_state(c, S, d.s0));
-        if (cuda) mirror_of(s_in)->upload();
+        if (Mirror* m = mirror_of(s_in)) m->upload();
     }
     y.poison();
-    if (cuda) mirror_of(y)->upload();
+    if (Mirror* m = mirror_of(y)) m->upload();
 
     wkv_backward_desc bd{};
     bd.struct_size = sizeof bd;
@@ -369,10 +436,16 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
     }
     std::vector<unsigned char> host_ws;
     void* dws = nullptr;
-    if (cuda) {
+    wkv_buffer* bws = nullptr;
+    if (on_cuda && mem == Mem::Device) {
         CU(cudaMalloc(&dws, ws + kGuard));
         CU(cudaMemset(dws, 0xFF, ws + kGuard));  // NaN everywhere; the tail is a guard
         bd.workspace = dws;
+    } else if (on_cuda && mem == Mem::Buffer) {
+        REQUIRE(wkv_buffer_create(ctx, ws + kGuard, &bws) == WKV_OK);
+        std::vector<unsigned char> ff(ws + kGuard, 0xFF);
+        REQUIRE(wkv_buffer_upload(ctx, bws, 0, ff.data(), ff.size()) == WKV_OK);
+        bd.workspace = bws;
     } else {
         host_ws.assign(ws, 0xFF);
         bd.workspace = host_ws.data();
@@ -383,14 +456,32 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
         INFO("wkv_backward: " << wkv_last_error(ctx));
         REQUIRE(st == WKV_OK);
     }
+    if (on_cuda && !cuda) {  // host memory only: complete on return, nothing left on the stream
+        cudaStream_t s = nullptr;
+        REQUIRE(wkv_cuda_get_stream(ctx, &s) == WKV_OK);
+        CHECK(cudaStreamQuery(s) == cudaSuccess);
+    }
+    if (on_cuda && (mem == Mem::Host || mem == Mem::Mixed)) {
+        bool untouched = true;
+        for (unsigned char b : host_ws) untouched = untouched && b == 0xFF;
+        CHECK_MESSAGE(untouched, "the CUDA backend wrote into a host workspace");
+    }
     if (cuda) {
-        CU(cudaDeviceSynchronize());
+        if (mem == Mem::Device) CU(cudaDeviceSynchronize());
+        else REQUIRE(wkv_context_synchronize(ctx) == WKV_OK);
         std::vector<unsigned char> tail(kGuard);
-        CU(cudaMemcpy(tail.data(), static_cast<char*>(dws) + ws, kGuard, cudaMemcpyDeviceToHost));
+        if (dws) {
+            CU(cudaMemcpy(tail.data(), static_cast<char*>(dws) + ws, kGuard, cudaMemcpyDeviceToHost));
+        } else if (bws) {
+            REQUIRE(wkv_buffer_download(ctx, bws, ws, tail.data(), kGuard) == WKV_OK);
+        } else {
+            tail.assign(kGuard, 0xFF);
+        }
         bool tail_ok = true;
         for (unsigned char b : tail) tail_ok = tail_ok && b == 0xFF;
         CHECK_MESSAGE(tail_ok, "the backward wrote past its workspace");
-        cudaFree(dws);
+        if (dws) cudaFree(dws);
+        wkv_buffer_destroy(bws);
         for (auto& m : mir) {
             CHECK_MESSAGE(m->guard_ok(), "a device buffer's guard zone was overwritten");
             m->download();
@@ -496,6 +587,7 @@ void check_config(const Config& c, uint64_t seed, const std::vector<int64_t>* of
 }
 
 const wkv_dtype kDtypes[] = {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16};
+const int64_t kHeadSizes3[] = {64, 32, 128};
 const wkv_decay_form kForms[] = {WKV_DECAY_CLAMPW, WKV_DECAY_LOG, WKV_DECAY_EXP_NEG_EXP, WKV_DECAY_DIRECT};
 
 }  // namespace
@@ -928,31 +1020,247 @@ TEST_CASE("cuda: unsupported head sizes and misplaced memory are refused with a 
         f.y = dyy.view();
         CHECK(wkv_forward(cc.ctx, &f) == WKV_ERROR_UNSUPPORTED);
     }
-    // host tensors on a CUDA context: the core refuses them
+    // Vulkan memory on a CUDA context: refused by the core; host tensors: staged
     {
         HostTensor x(WKV_DTYPE_F32, {1, 2, 1, 64}), yh(WKV_DTYPE_F32, {1, 2, 1, 64});
+        x.fill(std::vector<double>(128, 0.25));
+        yh.poison();
         wkv_forward_desc f{};
         f.struct_size = sizeof f;
         f.op = WKV_OP_RWKV7;
         f.decay_form = WKV_DECAY_LOG;
         f.r = f.w = f.k = f.v = f.a = f.b = x.view();
         f.y = yh.view();
+        f.y.device.type = WKV_DEVICE_VULKAN;
         CHECK(wkv_forward(cc.ctx, &f) == WKV_ERROR_DEVICE_MISMATCH);
+        CHECK(std::string(wkv_last_error(cc.ctx)).find("desc->y.device") != std::string::npos);
+        for (double v : yh.read()) CHECK(std::isnan(v));
+        f.y = yh.view();
+        CHECK(wkv_forward(cc.ctx, &f) == WKV_OK);
+        for (double v : yh.read()) CHECK(std::isfinite(v));
     }
-    // a host workspace: refused by the plugin, nothing launched
+    // a host workspace (pageable or pinned): replaced by device scratch, its bytes untouched
     {
         DeviceProblem p;
         p.c.B = 1; p.c.T = 5; p.c.H = 1; p.c.N = 32;
         p.build(cc.ctx, test_seed());
-        std::vector<unsigned char> host(p.bd.workspace_size);
+        REQUIRE(wkv_backward(cc.ctx, &p.bd) == WKV_OK);
+        cc.sync();
+        const std::vector<unsigned char> ref = p.outputs();
+        std::vector<unsigned char> host(p.bd.workspace_size, 0xAB);
         wkv_backward_desc bd = p.bd;
         bd.workspace = host.data();
-        CHECK(wkv_backward(cc.ctx, &bd) == WKV_ERROR_DEVICE_MISMATCH);
-        CHECK(std::string(wkv_last_error(cc.ctx)).find("workspace") != std::string::npos);
-        // the context still works
-        CHECK(wkv_backward(cc.ctx, &p.bd) == WKV_OK);
-        cc.sync();
+        CHECK(wkv_backward(cc.ctx, &bd) == WKV_OK);
+        CHECK(std::all_of(host.begin(), host.end(), [](unsigned char b) { return b == 0xAB; }));
+        CHECK(p.outputs() == ref);
+        unsigned char* pinned = nullptr;
+        CU(cudaMallocHost(reinterpret_cast<void**>(&pinned), p.bd.workspace_size));
+        std::memset(pinned, 0xCD, p.bd.workspace_size);
+        bd.workspace = pinned;
+        CHECK(wkv_backward(cc.ctx, &bd) == WKV_OK);
+        CHECK(std::all_of(pinned, pinned + p.bd.workspace_size, [](unsigned char b) { return b == 0xCD; }));
+        CHECK(p.outputs() == ref);
+        cudaFreeHost(pinned);
     }
+}
+
+// --------------------------------------------------------- host memory, buffers, synchronize
+
+namespace {
+
+// The same call with its tensors in each memory kind: device pointers, host memory (staged by
+// the plugin, synchronous), wkv_buffers, a mix of the three. Same kernels on the same inputs:
+// the results must be bit-identical.
+void check_memory_kinds(const Config& c, uint64_t seed, const std::vector<int64_t>* offsets = nullptr) {
+    Rng rng(seed);
+    const bool packed = offsets != nullptr;
+    const int64_t S = packed ? (int64_t)offsets->size() - 1 : c.B;
+    Case k = make_case(rng, c, c.B);
+    std::vector<double> dsT = k.dsT;
+    if (packed) {
+        k.d.s0 = c.state_in ? rounded(WKV_DTYPE_F32, random_normal(rng, (size_t)(S * c.H * c.N * c.N)))
+                            : std::vector<double>((size_t)(S * c.H * c.N * c.N), 0.0);
+        dsT = rounded(WKV_DTYPE_F32, random_normal(rng, (size_t)(S * c.H * c.N * c.N)));
+    }
+    const int64_t* off = packed ? offsets->data() : nullptr;
+    const int64_t ns = packed ? S : 0;
+    const Results dev = run_backend(WKV_BACKEND_CUDA, c, k.d, k.dy, dsT, off, ns, Mem::Device);
+    for (Mem m : {Mem::Host, Mem::Buffer, Mem::Mixed}) {
+        INFO(c.describe() << " seed=" << seed << (packed ? " packed" : "") << " memory=" << mem_name(m));
+        const Results got = run_backend(WKV_BACKEND_CUDA, c, k.d, k.dy, dsT, off, ns, m);
+        CHECK(got.y == dev.y);
+        CHECK(got.sT == dev.sT);
+        CHECK(got.dr == dev.dr);
+        CHECK(got.dw == dev.dw);
+        CHECK(got.dk == dev.dk);
+        CHECK(got.dv == dev.dv);
+        CHECK(got.da == dev.da);
+        CHECK(got.db == dev.db);
+        CHECK(got.ds0 == dev.ds0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: host tensors, wkv_buffers and a mix give the device-pointer results, bit for bit") {
+    CUDA_TEST_OR_SKIP();
+    const uint64_t seed = test_seed();
+    int n = 0;
+    for (Layout l : {Layout::Contiguous, Layout::PaddedT, Layout::HeadMajor})
+        for (int variant = 0; variant < 4; variant++) {
+            Config c;
+            c.B = 2;
+            c.H = 2;
+            c.T = 19 + n;
+            c.N = kHeadSizes3[n % 3];
+            c.layout = l;
+            c.dtype = kDtypes[(size_t)(n % 3)];
+            c.form = kForms[(size_t)(n % 4)];
+            c.w_broadcast = variant == 1;
+            c.padded_state = variant == 2 || variant == 3;
+            c.key_major = variant == 2;
+            c.in_place = variant == 3;
+            c.state_in = variant != 1;
+            c.dstate_out = variant != 2;
+            check_memory_kinds(c, seed + 500 + (uint64_t)n++);
+        }
+    std::vector<int64_t> off = {0, 0, 5, 22, 22, 39, 72};
+    Config c;
+    c.B = 1;
+    c.T = off.back();
+    c.H = 2;
+    c.N = 64;
+    c.dtype = WKV_DTYPE_BF16;
+    check_memory_kinds(c, seed + 550, &off);
+}
+
+TEST_CASE("cuda: buffers: zero-filled, upload/download, and the core's checks of buffer tensors") {
+    CUDA_TEST_OR_SKIP();
+    CudaContext cc;
+    wkv_context* ctx = cc.ctx;
+    {
+        wkv_buffer* b = nullptr;
+        REQUIRE(wkv_buffer_create(ctx, 1001, &b) == WKV_OK);
+        CHECK(wkv_buffer_size(b) == 1001);
+        std::vector<unsigned char> got(1001, 0xab), data(1001);
+        REQUIRE(wkv_buffer_download(ctx, b, 0, got.data(), got.size()) == WKV_OK);
+        CHECK(got == std::vector<unsigned char>(1001, 0));
+        for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<unsigned char>(i * 7 + 3);
+        REQUIRE(wkv_buffer_upload(ctx, b, 0, data.data(), data.size()) == WKV_OK);
+        REQUIRE(wkv_buffer_upload(ctx, b, 13, data.data(), 5) == WKV_OK);
+        for (size_t i = 0; i < 5; i++) data[13 + i] = data[i];
+        REQUIRE(wkv_buffer_download(ctx, b, 0, got.data(), got.size()) == WKV_OK);
+        CHECK(got == data);
+        CHECK(wkv_buffer_upload(ctx, b, 1000, data.data(), 2) == WKV_ERROR_INVALID_ARGUMENT);
+        CHECK(wkv_buffer_download(ctx, b, 0, nullptr, 4) == WKV_ERROR_NULL_POINTER);
+        wkv_buffer_destroy(b);
+    }
+    const int64_t B = 1, T = 3, H = 1, N = 32, E = B * T * H * N;
+    int64_t shape[4] = {B, T, H, N};
+    wkv_buffer* buf = nullptr;
+    REQUIRE(wkv_buffer_create(ctx, 8 * E * 4, &buf) == WKV_OK);
+    {
+        std::vector<float> ones(8 * E, 0.5f);
+        REQUIRE(wkv_buffer_upload(ctx, buf, 0, ones.data(), ones.size() * 4) == WKV_OK);
+    }
+    wkv_forward_desc f{};
+    f.struct_size = sizeof f;
+    f.op = WKV_OP_RWKV7;
+    f.decay_form = WKV_DECAY_LOG;
+    wkv_tensor* t[7] = {&f.r, &f.w, &f.k, &f.v, &f.a, &f.b, &f.y};
+    for (int i = 0; i < 7; i++) *t[i] = wkv_tensor_make_buffer(buf, static_cast<uint64_t>(i) * E * 4, WKV_DTYPE_F32, 4, shape);
+    CHECK(f.y.device.type == WKV_DEVICE_CUDA);
+    CHECK(wkv_forward(ctx, &f) == WKV_OK);
+    CHECK(wkv_context_synchronize(ctx) == WKV_OK);
+    // y past the end of the buffer
+    f.y.byte_offset = 7 * E * 4 + 4;
+    CHECK(wkv_forward(ctx, &f) == WKV_ERROR_SHAPE);
+    CHECK(std::string(wkv_last_error(ctx)).find("desc->y") != std::string::npos);
+    // not a multiple of the element size
+    f.y.byte_offset = 6 * E * 4 + 2;
+    CHECK(wkv_forward(ctx, &f) == WKV_ERROR_INVALID_ARGUMENT);
+    // y overlapping an input in the same buffer
+    f.y.byte_offset = 5 * E * 4 + 4;
+    CHECK(wkv_forward(ctx, &f) == WKV_ERROR_ALIASING);
+    f.y.byte_offset = 6 * E * 4;
+    // a buffer of another CUDA context
+    wkv_tensor good = f.r;
+    {
+        CudaContext other;
+        wkv_buffer* foreign = nullptr;
+        REQUIRE(wkv_buffer_create(other.ctx, 8 * E * 4, &foreign) == WKV_OK);
+        f.r.data = foreign;
+        CHECK(wkv_forward(ctx, &f) == WKV_ERROR_DEVICE_MISMATCH);
+        CHECK(std::string(wkv_last_error(ctx)).find("another context") != std::string::npos);
+        f.r = good;
+        wkv_buffer_destroy(foreign);
+    }
+    // a device pointer (device.type CUDA too) works beside buffer tensors
+    void* dptr = nullptr;
+    CU(cudaMalloc(&dptr, E * 4));
+    CU(cudaMemset(dptr, 0, E * 4));
+    f.r = wkv_tensor_make(dptr, WKV_DTYPE_F32, 4, shape);
+    f.r.device.type = WKV_DEVICE_CUDA;
+    CHECK(wkv_forward(ctx, &f) == WKV_OK);
+    CHECK(wkv_context_synchronize(ctx) == WKV_OK);
+    cudaFree(dptr);
+    f.r = good;
+    // workspace buffers: too small, larger than the buffer, right; not one holding a tensor
+    wkv_backward_desc bd{};
+    bd.struct_size = sizeof bd;
+    bd.forward = &f;
+    bd.dy = f.y;
+    wkv_buffer* grads = nullptr;
+    REQUIRE(wkv_buffer_create(ctx, 6 * E * 4, &grads) == WKV_OK);
+    wkv_tensor* gt[6] = {&bd.dr, &bd.dw, &bd.dk, &bd.dv, &bd.da, &bd.db};
+    for (int i = 0; i < 6; i++) *gt[i] = wkv_tensor_make_buffer(grads, static_cast<uint64_t>(i) * E * 4, WKV_DTYPE_F32, 4, shape);
+    size_t need = 0;
+    REQUIRE(wkv_workspace_size(ctx, &need, &bd) == WKV_OK);
+    wkv_buffer* ws = nullptr;
+    REQUIRE(wkv_buffer_create(ctx, need, &ws) == WKV_OK);
+    bd.workspace = ws;
+    bd.workspace_size = need - 4;
+    CHECK(wkv_backward(ctx, &bd) == WKV_ERROR_WORKSPACE_TOO_SMALL);
+    bd.workspace_size = need + 4;
+    CHECK(wkv_backward(ctx, &bd) == WKV_ERROR_SHAPE);
+    bd.workspace_size = need;
+    CHECK(wkv_backward(ctx, &bd) == WKV_OK);
+    bd.workspace = grads;
+    CHECK(wkv_backward(ctx, &bd) != WKV_OK);
+    CHECK(wkv_context_synchronize(ctx) == WKV_OK);
+    std::vector<float> g(6 * E);
+    REQUIRE(wkv_buffer_download(ctx, grads, 0, g.data(), g.size() * 4) == WKV_OK);
+    for (float x : g) CHECK(std::isfinite(x));
+    wkv_buffer_destroy(ws);
+    wkv_buffer_destroy(grads);
+    // left for wkv_context_destroy to free
+    (void)buf;
+}
+
+TEST_CASE("cuda: wkv_context_synchronize waits for the context's stream") {
+    CUDA_TEST_OR_SKIP();
+    CudaContext cc;
+    DeviceProblem p;
+    p.c.B = 4; p.c.T = 1024; p.c.H = 8; p.c.N = 64; p.c.dtype = WKV_DTYPE_BF16;
+    p.build(cc.ctx, test_seed());
+    cudaStream_t s = nullptr;
+    REQUIRE(wkv_cuda_get_stream(cc.ctx, &s) == WKV_OK);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {  // the caller's stream
+            CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+            REQUIRE(wkv_cuda_set_stream(cc.ctx, s) == WKV_OK);
+        }
+        for (int i = 0; i < 3; i++) {
+            REQUIRE(wkv_forward(cc.ctx, &p.f) == WKV_OK);
+            REQUIRE(wkv_backward(cc.ctx, &p.bd) == WKV_OK);
+        }
+        CHECK(wkv_context_synchronize(cc.ctx) == WKV_OK);
+        CHECK(cudaStreamQuery(s) == cudaSuccess);
+        CHECK(std::string(wkv_last_error(cc.ctx)).empty());
+    }
+    REQUIRE(wkv_cuda_set_stream(cc.ctx, nullptr) == WKV_OK);
+    cudaStreamDestroy(s);
+    CHECK(wkv_context_synchronize(cc.ctx) == WKV_OK);
 }
 
 TEST_CASE("cuda: backend info and device info") {

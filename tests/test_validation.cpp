@@ -429,6 +429,17 @@ TEST_CASE("null context") {
     CHECK(fx.outputs_untouched());
 }
 
+TEST_CASE("wkv_context_synchronize: a no-op on the CPU backend; NULL context") {
+    CpuContext c;
+    CHECK(wkv_context_synchronize(c.ctx) == WKV_OK);
+    CHECK(std::string(wkv_last_error(c.ctx)).empty());
+    Fixture fx;
+    REQUIRE(wkv_forward(c.ctx, &fx.f) == WKV_OK);
+    CHECK(wkv_context_synchronize(c.ctx) == WKV_OK);
+    CHECK(wkv_context_synchronize(nullptr) == WKV_ERROR_NULL_POINTER);
+    CHECK(std::string(wkv_last_error(nullptr)).find("wkv_context_synchronize: ctx is NULL") != std::string::npos);
+}
+
 TEST_CASE("status strings, version, introspection") {
     std::set<std::string> seen;
 #define WKV_TEST_STATUS_(name, value, message)                                  \

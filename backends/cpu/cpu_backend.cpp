@@ -204,6 +204,7 @@ const wkv_backend_iface kCpuIface = {
     nullptr, /* buffer_write */
     nullptr, /* buffer_read */
     nullptr, /* auto_skip: the CPU backend is always a candidate */
+    nullptr, /* synchronize: every call is complete when it returns */
 };
 
 } // namespace

@@ -8,10 +8,24 @@
  *   destroy). WKV_CONTROL_CUDA_SET_STREAM replaces it with the caller's stream (NULL = the
  *   legacy default stream, only when asked for); GET_STREAM reads it. Every kernel is enqueued
  *   on that stream and the calls return without synchronising.
- * - No allocation and no host<->device copy happens in a call: the forward needs no scratch,
- *   the backward's only scratch is the caller's workspace, and packed-sequence offsets travel as
- *   kernel parameters (launches of at most kMaxSeqsPerLaunch sequences). So forward and
- *   backward can be captured in a CUDA graph.
+ * - With device memory only (device pointers, managed memory, wkv_buffers, a device or buffer
+ *   workspace) no allocation and no host<->device copy happens in a call: the forward needs no
+ *   scratch, the backward's only scratch is the caller's workspace, and packed-sequence offsets
+ *   travel as kernel parameters (launches of at most kMaxSeqsPerLaunch sequences). So forward
+ *   and backward can be captured in a CUDA graph.
+ * - HOST MEMORY (wkv.h's memory model: mem[i].host, tensors of device.type CPU / CUDA_HOST, and
+ *   a workspace the driver does not know as device memory) is staged: each host view's byte
+ *   span [data + lo, data + hi) gets a place in the context's device scratch (grown as needed,
+ *   freed at destroy) at the same address modulo 256 (so alignment-dependent paths are the
+ *   same), views with the very same span share it (state_in == state_out in place); the spans
+ *   of inputs, and of outputs with gaps (strided: so the gaps go back unchanged), are copied in
+ *   with cudaMemcpyAsync on the context's stream, the kernels run on the scratch copies, the
+ *   output spans are copied back and the stream is synchronised before the call returns. A host
+ *   workspace is replaced by scratch of the size the backward needs; its bytes are never
+ *   touched. Such a call is synchronous and cannot be captured.
+ * - Buffers (wkv_buffer_create): a cudaMalloc allocation, zero-filled; the backend's handle is
+ *   the device pointer. Upload/download are cudaMemcpyAsync on the context's stream followed by
+ *   a stream synchronisation. A buffer view's address is handle + mem.offset.
  * - The calling thread's current device is switched to the context's device for a call and
  *   restored afterwards.
  *
@@ -65,6 +79,8 @@ struct CudaState {
     size_t smem[kNumHeadSizes] = {0, 0, 0};
     size_t smem_min[kNumHeadSizes] = {0, 0, 0}; /* what K2 = 1 would need */
     bool lost = false;
+    char* scratch = nullptr; /* device scratch for staged host memory (see the top of the file) */
+    size_t scratch_bytes = 0;
 };
 
 #if defined(__GNUC__)
@@ -220,9 +236,11 @@ wkv_status cuda_device_info(int32_t index, wkv_device_info* out, wkv_message* ms
 void cuda_destroy(void* state) {
     CudaState* st = static_cast<CudaState*>(state);
     if (!st) return;
-    if (st->own_stream) {
+    if (st->own_stream || st->scratch) {
         DeviceGuard guard(st->device);
-        cudaStreamDestroy(st->own_stream);
+        if (st->scratch) cudaFree(st->scratch); /* staged calls finish before they return */
+        if (st->own_stream) cudaStreamDestroy(st->own_stream);
+        cudaGetLastError();
     }
     delete st;
 }
@@ -400,6 +418,193 @@ void fill_seq(const wkv_problem* p, int64_t first, int64_t count, SeqInfo* q) {
     }
 }
 
+/* ------------------------------------------------------------------------ memory of a call */
+
+/* The views of p in wkv_problem order: index i belongs to p->mem[i]. */
+void problem_views(const wkv_problem* p, const wkv_view* out[WKV_PROBLEM_VIEWS]) {
+    const wkv_view* v[WKV_PROBLEM_VIEWS] = {
+        &p->r,  &p->w,  &p->k,  &p->v,  &p->a,  &p->b,  &p->u,  &p->y,  &p->state_in,
+        &p->state_out, &p->dy, &p->dstate_out, &p->dr, &p->dw, &p->dk, &p->dv, &p->da, &p->db,
+        &p->du, &p->dstate_in};
+    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) out[i] = v[i];
+}
+
+enum { kY = 7, kStateIn = 8, kStateOut = 9, kDstateOut = 11, kDr = 12, kDstateIn = 19 };
+
+bool is_output_view(int i) { return i == kY || i == kStateOut || i >= kDr; }
+bool is_state_view(int i) {
+    return i == kStateIn || i == kStateOut || i == kDstateOut || i == kDstateIn;
+}
+
+constexpr size_t kScratchAlign = 256;
+
+size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* One host byte span staged in the scratch. */
+struct Region {
+    const char* host; /* its first byte */
+    size_t bytes;
+    size_t off;       /* in the scratch; off == host (mod kScratchAlign) */
+    bool in, out;     /* copied in before the kernels / back after them */
+};
+
+/* Where each view of a call is on the device, and what is staged. */
+struct Placement {
+    DevView v[WKV_PROBLEM_VIEWS];
+    Region reg[WKV_PROBLEM_VIEWS];
+    int nreg = 0;
+    int view_reg[WKV_PROBLEM_VIEWS]; /* the region of a staged view, else -1 */
+    char* workspace = nullptr;       /* the backward's workspace on the device */
+    bool ws_staged = false;
+    size_t ws_bytes = 0;             /* staged workspace: bytes at scratch offset 0 */
+    size_t total = 0;                /* scratch bytes the call needs */
+    bool staged() const { return total > 0; }
+};
+
+/* Elements of view i of p (RWKV-7: per-token views B*T*H*N, states S*H*N*N). */
+int64_t view_numel(const wkv_problem* p, int i) {
+    return is_state_view(i) ? p->num_seqs * p->H * p->N * p->N : p->B * p->T * p->H * p->N;
+}
+
+/* Fills pl: device addresses of device and buffer views now, offsets of the staged spans
+ * (addresses once the scratch exists: place_finish). ws_stage: the workspace is host memory,
+ * replaced by ws_bytes of scratch. */
+wkv_status place_plan(const wkv_problem* p, bool ws_stage, size_t ws_bytes, Placement* pl,
+                      wkv_message* msg) {
+    const wkv_view* views[WKV_PROBLEM_VIEWS];
+    problem_views(p, views);
+    size_t cursor = 0;
+    if (ws_stage) {
+        pl->ws_staged = true;
+        pl->ws_bytes = ws_bytes;
+        cursor = align_up(ws_bytes, kScratchAlign);
+    }
+    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
+        const wkv_view& v = *views[i];
+        const wkv_buffer_ref& m = p->mem[i];
+        pl->view_reg[i] = -1;
+        pl->v[i] = to_dev(v);
+        if (!v.data) continue;
+        if (m.buffer) {
+            pl->v[i].data = static_cast<char*>(m.buffer) + m.offset;
+            continue;
+        }
+        if (!m.host) continue; /* a device (or managed) pointer, used in place */
+        if (m.lo > 0 || m.hi <= m.lo) {
+            set_message(msg, "view %d: byte span [%lld, %lld) is not a span (a bug in libwkv)", i,
+                        (long long)m.lo, (long long)m.hi);
+            return WKV_ERROR_INTERNAL;
+        }
+        const char* host = v.data + m.lo;
+        const size_t bytes = (size_t)(m.hi - m.lo);
+        const bool out = is_output_view(i);
+        /* an output without gaps need not be copied in; one with gaps goes back unchanged */
+        const bool dense = (int64_t)bytes == view_numel(p, i) * wkv_elem_size(v.elem);
+        int r = 0;
+        while (r < pl->nreg && !(pl->reg[r].host == host && pl->reg[r].bytes == bytes)) ++r;
+        if (r == pl->nreg) {
+            Region& g = pl->reg[pl->nreg++];
+            g.host = host;
+            g.bytes = bytes;
+            g.off = align_up(cursor, kScratchAlign) + (size_t)(reinterpret_cast<uintptr_t>(host) % kScratchAlign);
+            g.in = g.out = false;
+            cursor = g.off + bytes;
+        }
+        Region& g = pl->reg[r];
+        g.in = g.in || !out || !dense;
+        g.out = g.out || out;
+        pl->view_reg[i] = r;
+    }
+    pl->total = cursor;
+    return WKV_OK;
+}
+
+/* The scratch holds at least `bytes` (its contents are not kept). */
+wkv_status ensure_scratch(CudaState* st, size_t bytes, wkv_message* msg) {
+    if (bytes <= st->scratch_bytes) return WKV_OK;
+    if (st->scratch) {
+        cudaFree(st->scratch);
+        st->scratch = nullptr;
+        st->scratch_bytes = 0;
+    }
+    size_t want = align_up(bytes, (size_t)1 << 20);
+    void* d = nullptr;
+    cudaError_t e = cudaMalloc(&d, want);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        set_message(msg, "cannot allocate %zu bytes of device scratch to stage host tensors: %s "
+                    "(keep the tensors on the device: device pointers or wkv_buffers)",
+                    want, cudaGetErrorString(e));
+        return e == cudaErrorMemoryAllocation ? WKV_ERROR_OUT_OF_MEMORY : cuda_fail(st, e, msg, "cudaMalloc");
+    }
+    st->scratch = static_cast<char*>(d);
+    st->scratch_bytes = want;
+    return WKV_OK;
+}
+
+/* Addresses of the staged views and workspace in the scratch. */
+void place_finish(const CudaState* st, const wkv_problem* p, Placement* pl) {
+    const wkv_view* views[WKV_PROBLEM_VIEWS];
+    problem_views(p, views);
+    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
+        if (pl->view_reg[i] < 0) continue;
+        const Region& g = pl->reg[pl->view_reg[i]];
+        /* element (0,0,0,0) is -lo bytes into the span */
+        pl->v[i].data = st->scratch + g.off + (views[i]->data - g.host);
+    }
+    if (pl->ws_staged) pl->workspace = st->scratch;
+}
+
+/* Synchronises the stream on scope exit once host copies may be in flight (error paths: the
+ * caller's host memory must not be read or written after the call has returned). */
+struct StreamDrain {
+    cudaStream_t stream;
+    bool armed = false;
+    explicit StreamDrain(cudaStream_t s) : stream(s) {}
+    ~StreamDrain() {
+        if (armed && cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
+    }
+    StreamDrain(const StreamDrain&) = delete;
+    StreamDrain& operator=(const StreamDrain&) = delete;
+};
+
+/* Staged call, before the kernels: scratch, addresses, copies in. */
+wkv_status stage_in(CudaState* st, const wkv_problem* p, Placement* pl, StreamDrain* drain,
+                    wkv_message* msg) {
+    if (!pl->staged()) return WKV_OK;
+    wkv_status s = ensure_scratch(st, pl->total, msg);
+    if (s != WKV_OK) return s;
+    place_finish(st, p, pl);
+    for (int r = 0; r < pl->nreg; ++r) {
+        const Region& g = pl->reg[r];
+        if (!g.in) continue;
+        drain->armed = true;
+        const cudaError_t e = cudaMemcpyAsync(st->scratch + g.off, g.host, g.bytes,
+                                              cudaMemcpyHostToDevice, st->stream);
+        if (e != cudaSuccess) return cuda_fail(st, e, msg, "cudaMemcpyAsync (staging a host tensor in)");
+    }
+    return WKV_OK;
+}
+
+/* Staged call, after the kernels: copies out, then waits for the stream. */
+wkv_status stage_out(CudaState* st, Placement* pl, StreamDrain* drain, wkv_message* msg) {
+    if (!pl->staged()) return WKV_OK;
+    drain->armed = false;
+    for (int r = 0; r < pl->nreg; ++r) {
+        const Region& g = pl->reg[r];
+        if (!g.out) continue;
+        const cudaError_t e = cudaMemcpyAsync(const_cast<char*>(g.host), st->scratch + g.off, g.bytes,
+                                              cudaMemcpyDeviceToHost, st->stream);
+        if (e != cudaSuccess) {
+            drain->armed = true;
+            return cuda_fail(st, e, msg, "cudaMemcpyAsync (copying a host output back)");
+        }
+    }
+    const cudaError_t e = cudaStreamSynchronize(st->stream);
+    if (e != cudaSuccess) return cuda_fail(st, e, msg, "cudaStreamSynchronize (after a call with host tensors)");
+    return WKV_OK;
+}
+
 wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     CudaState* st = static_cast<CudaState*>(state);
     int hidx = -1;
@@ -409,17 +614,24 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     DeviceGuard guard(st->device);
     if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
 
+    Placement pl;
+    s = place_plan(p, false, 0, &pl, msg);
+    if (s != WKV_OK) return s;
+    StreamDrain drain(st->stream);
+    s = stage_in(st, p, &pl, &drain, msg);
+    if (s != WKV_OK) return s;
+
     Rwkv7FwdParams prm;
     std::memset(&prm, 0, sizeof prm);
-    prm.r = to_dev(p->r);
-    prm.w = to_dev(p->w);
-    prm.k = to_dev(p->k);
-    prm.v = to_dev(p->v);
-    prm.a = to_dev(p->a);
-    prm.b = to_dev(p->b);
-    prm.y = to_dev(p->y);
-    prm.state_in = to_dev(p->state_in);
-    prm.state_out = to_dev(p->state_out);
+    prm.r = pl.v[0];
+    prm.w = pl.v[1];
+    prm.k = pl.v[2];
+    prm.v = pl.v[3];
+    prm.a = pl.v[4];
+    prm.b = pl.v[5];
+    prm.y = pl.v[kY];
+    prm.state_in = pl.v[kStateIn];
+    prm.state_out = pl.v[kStateOut];
     prm.T = p->T;
     prm.H = (int32_t)p->H;
     prm.form = (int32_t)p->decay_form;
@@ -430,7 +642,7 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
         const cudaError_t e = (cudaError_t)rwkv7_launch_forward((int)p->N, prm, count * p->H, st->stream);
         if (e != cudaSuccess) return cuda_fail(st, e, msg, "RWKV-7 forward launch");
     }
-    return WKV_OK;
+    return stage_out(st, &pl, &drain, msg);
 }
 
 /* Checkpoint count G of the backward (see the top of the file), in checked arithmetic. */
@@ -499,34 +711,51 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     DeviceGuard guard(st->device);
     if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
 
-    /* The workspace must be memory the GPU can address (device, managed or pinned host). */
-    cudaPointerAttributes attr;
-    cudaError_t e = cudaPointerGetAttributes(&attr, p->workspace);
-    if (e != cudaSuccess || attr.type == cudaMemoryTypeUnregistered) {
-        cudaGetLastError();
-        set_message(msg, "the workspace is not CUDA memory (allocate it with cudaMalloc, %zu bytes)", need);
-        return WKV_ERROR_DEVICE_MISMATCH;
+    /* The workspace: a wkv_buffer, device (or managed) memory used in place, or host memory
+     * (pageable or pinned) replaced by device scratch. */
+    char* ws = nullptr;
+    bool ws_stage = false;
+    if (p->workspace_mem.buffer) {
+        ws = static_cast<char*>(p->workspace_mem.buffer) + p->workspace_mem.offset;
+    } else if (p->workspace_mem.host) {
+        ws_stage = true;
+    } else {
+        cudaPointerAttributes attr;
+        const cudaError_t ae = cudaPointerGetAttributes(&attr, p->workspace);
+        if (ae != cudaSuccess) cudaGetLastError(); /* older drivers: unknown host memory */
+        if (ae == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged))
+            ws = static_cast<char*>(p->workspace);
+        else
+            ws_stage = true;
     }
+    Placement pl;
+    s = place_plan(p, ws_stage, need, &pl, msg);
+    if (s != WKV_OK) return s;
+    StreamDrain drain(st->stream);
+    s = stage_in(st, p, &pl, &drain, msg);
+    if (s != WKV_OK) return s;
+    if (ws_stage) ws = pl.workspace;
 
+    cudaError_t e = cudaSuccess;
     Rwkv7BwdParams prm;
     std::memset(&prm, 0, sizeof prm);
-    prm.r = to_dev(p->r);
-    prm.w = to_dev(p->w);
-    prm.k = to_dev(p->k);
-    prm.v = to_dev(p->v);
-    prm.a = to_dev(p->a);
-    prm.b = to_dev(p->b);
-    prm.state_in = to_dev(p->state_in);
-    prm.dy = to_dev(p->dy);
-    prm.dstate_out = to_dev(p->dstate_out);
-    prm.dr = to_dev(p->dr);
-    prm.dw = to_dev(p->dw);
-    prm.dk = to_dev(p->dk);
-    prm.dv = to_dev(p->dv);
-    prm.da = to_dev(p->da);
-    prm.db = to_dev(p->db);
-    prm.dstate_in = to_dev(p->dstate_in);
-    const uintptr_t base = reinterpret_cast<uintptr_t>(p->workspace);
+    prm.r = pl.v[0];
+    prm.w = pl.v[1];
+    prm.k = pl.v[2];
+    prm.v = pl.v[3];
+    prm.a = pl.v[4];
+    prm.b = pl.v[5];
+    prm.state_in = pl.v[kStateIn];
+    prm.dy = pl.v[10];
+    prm.dstate_out = pl.v[kDstateOut];
+    prm.dr = pl.v[kDr];
+    prm.dw = pl.v[kDr + 1];
+    prm.dk = pl.v[kDr + 2];
+    prm.dv = pl.v[kDr + 3];
+    prm.da = pl.v[kDr + 4];
+    prm.db = pl.v[kDr + 5];
+    prm.dstate_in = pl.v[kDstateIn];
+    const uintptr_t base = reinterpret_cast<uintptr_t>(ws);
     prm.ckpt = reinterpret_cast<float*>((base + 255u) & ~(uintptr_t)255u);
     prm.T = p->T;
     prm.H = (int32_t)p->H;
@@ -550,6 +779,91 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
         e = (cudaError_t)rwkv7_launch_backward((int)p->N, prm, count * p->H, st->smem[hidx], st->stream);
         if (e != cudaSuccess) return cuda_fail(st, e, msg, "RWKV-7 backward launch");
     }
+    return stage_out(st, &pl, &drain, msg);
+}
+
+/* ----------------------------------------------------------------------------- buffers */
+
+wkv_status cuda_buffer_create(void* state, uint64_t bytes, void** out_buffer, wkv_message* msg) {
+    CudaState* st = static_cast<CudaState*>(state);
+    *out_buffer = nullptr;
+    if (st->lost) {
+        set_message(msg, "an earlier call failed on the device; destroy this context");
+        return WKV_ERROR_DEVICE_LOST;
+    }
+    if (bytes > (uint64_t)SIZE_MAX) {
+        set_message(msg, "%llu bytes do not fit size_t", (unsigned long long)bytes);
+        return WKV_ERROR_OUT_OF_MEMORY;
+    }
+    DeviceGuard guard(st->device);
+    if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
+    void* d = nullptr;
+    cudaError_t e = cudaMalloc(&d, (size_t)bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        set_message(msg, "cudaMalloc(%llu bytes): %s", (unsigned long long)bytes, cudaGetErrorString(e));
+        return e == cudaErrorMemoryAllocation ? WKV_ERROR_OUT_OF_MEMORY : WKV_ERROR_INTERNAL;
+    }
+    e = cudaMemsetAsync(d, 0, (size_t)bytes, st->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);
+    if (e != cudaSuccess) {
+        const wkv_status s = cuda_fail(st, e, msg, "zero-filling a new buffer");
+        cudaFree(d);
+        return s;
+    }
+    *out_buffer = d;
+    return WKV_OK;
+}
+
+void cuda_buffer_destroy(void* state, void* buffer) {
+    CudaState* st = static_cast<CudaState*>(state);
+    if (!buffer) return;
+    DeviceGuard guard(st->device);
+    /* work enqueued on the context's stream may still use it */
+    if (cudaStreamSynchronize(st->stream) != cudaSuccess) cudaGetLastError();
+    if (cudaFree(buffer) != cudaSuccess) cudaGetLastError();
+}
+
+wkv_status buffer_copy(CudaState* st, char* dev, void* host, uint64_t bytes, bool to_device,
+                       wkv_message* msg) {
+    if (st->lost) {
+        set_message(msg, "an earlier call failed on the device; destroy this context");
+        return WKV_ERROR_DEVICE_LOST;
+    }
+    DeviceGuard guard(st->device);
+    if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
+    cudaError_t e = to_device ? cudaMemcpyAsync(dev, host, (size_t)bytes, cudaMemcpyHostToDevice, st->stream)
+                              : cudaMemcpyAsync(host, dev, (size_t)bytes, cudaMemcpyDeviceToHost, st->stream);
+    const cudaError_t e2 = cudaStreamSynchronize(st->stream); /* also on failure: host memory */
+    if (e == cudaSuccess) e = e2;
+    if (e != cudaSuccess) return cuda_fail(st, e, msg, to_device ? "buffer upload" : "buffer download");
+    return WKV_OK;
+}
+
+wkv_status cuda_buffer_write(void* state, void* buffer, uint64_t offset, const void* src, uint64_t bytes,
+                             wkv_message* msg) {
+    return buffer_copy(static_cast<CudaState*>(state), static_cast<char*>(buffer) + offset,
+                       const_cast<void*>(src), bytes, true, msg);
+}
+
+wkv_status cuda_buffer_read(void* state, void* buffer, uint64_t offset, void* dst, uint64_t bytes,
+                            wkv_message* msg) {
+    return buffer_copy(static_cast<CudaState*>(state), static_cast<char*>(buffer) + offset, dst, bytes,
+                       false, msg);
+}
+
+/* ------------------------------------------------------------------------------ synchronize */
+
+wkv_status cuda_synchronize(void* state, wkv_message* msg) {
+    CudaState* st = static_cast<CudaState*>(state);
+    if (st->lost) {
+        set_message(msg, "an earlier call failed on the device; destroy this context");
+        return WKV_ERROR_DEVICE_LOST;
+    }
+    DeviceGuard guard(st->device);
+    if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
+    const cudaError_t e = cudaStreamSynchronize(st->stream);
+    if (e != cudaSuccess) return cuda_fail(st, e, msg, "cudaStreamSynchronize");
     return WKV_OK;
 }
 
@@ -569,6 +883,11 @@ wkv_backend_iface make_iface() {
     f.forward = cuda_forward;
     f.backward = cuda_backward;
     f.control = cuda_control;
+    f.buffer_create = cuda_buffer_create;
+    f.buffer_destroy = cuda_buffer_destroy;
+    f.buffer_write = cuda_buffer_write;
+    f.buffer_read = cuda_buffer_read;
+    f.synchronize = cuda_synchronize;
     return f;
 }
 

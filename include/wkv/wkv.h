@@ -273,6 +273,12 @@ WKV_API wkv_backend wkv_context_backend(const wkv_context* ctx);
  * last failing context-free call (wkv_context_create, queries) on this thread. Valid until the
  * next call on the same context / thread. */
 WKV_API const char* wkv_last_error(const wkv_context* ctx);
+/* Waits until all work ctx has enqueued has finished (see the memory model below: on CUDA,
+ * calls whose tensors are all on the device return before their kernels finish). Then every
+ * output of every earlier call on ctx is complete. Cheap when there is nothing to wait for;
+ * on the CPU and Vulkan backends every call is complete when it returns, and this is a no-op.
+ * WKV_ERROR_DEVICE_LOST when enqueued work failed on the device. */
+WKV_API wkv_status wkv_context_synchronize(wkv_context* ctx);
 
 /* ----------------------------------------------------------------------------- the ops */
 
@@ -384,10 +390,14 @@ WKV_API wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_d
  * MEMORY MODEL. Where a tensor's memory is, is said by its device.type:
  *
  *   WKV_DEVICE_CPU     host memory: data is a host pointer. Every backend accepts it. A GPU
- *                      backend (Vulkan) stages it through buffers of its own: it copies each
- *                      input's byte span to the device before the call and each output's span
- *                      back after it, so the call is synchronous and much slower than keeping
- *                      the tensors on the device. Good for tests and one-off calls.
+ *                      backend (Vulkan, CUDA) stages it through device memory of its own: it
+ *                      copies each host tensor's byte span to the device before the call and
+ *                      each host output's span back after it. A call with any host tensor is
+ *                      therefore synchronous (complete when it returns, on CUDA too) and much
+ *                      slower than keeping the tensors on the device; on CUDA it cannot be
+ *                      captured into a CUDA graph. Good for tests, tools and one-off calls.
+ *   WKV_DEVICE_CUDA_HOST  pinned host memory (cudaMallocHost): the CPU backend reads it, the
+ *                      CUDA backend stages it like WKV_DEVICE_CPU.
  *   WKV_DEVICE_VULKAN  a library-owned device buffer: data is a wkv_buffer* (from
  *                      wkv_buffer_create on the same context), byte_offset is the offset of
  *                      element (0, 0, ...) inside it, device.id is the context's device_index.
@@ -395,16 +405,27 @@ WKV_API wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_d
  *                      buffer (checked: WKV_ERROR_SHAPE otherwise), and the offset must be a
  *                      multiple of the element size. A decoding loop keeps its state in a
  *                      buffer and steps it in place between calls without any copy.
- *   WKV_DEVICE_CUDA    (CUDA backend) a device pointer, DLPack's meaning.
+ *   WKV_DEVICE_CUDA    (CUDA backend) a device pointer, DLPack's meaning; or a wkv_buffer* of
+ *                      the context (what wkv_tensor_make_buffer makes on a CUDA context), with
+ *                      the rules of WKV_DEVICE_VULKAN above: the library recognises its own
+ *                      buffers and tells them from device pointers.
+ *   WKV_DEVICE_CUDA_MANAGED  (CPU and CUDA backends) managed memory, used in place.
  *
- * Buffers exist on backends that have device memory of their own (Vulkan); on the CPU and
- * CUDA backends wkv_buffer_create returns WKV_ERROR_UNSUPPORTED (their tensors are plain
- * pointers). A call's outputs are complete when it returns, in host memory and in buffers.
+ * Buffers exist on backends that have device memory of their own (Vulkan, CUDA); on the CPU
+ * backend wkv_buffer_create returns WKV_ERROR_UNSUPPORTED. So a tool can keep its data on the
+ * device the same way on either GPU backend: wkv_buffer_create + wkv_tensor_make_buffer.
+ *
+ * WHEN OUTPUTS ARE READY. On the CPU and Vulkan backends, and on CUDA for every call with a
+ * host tensor (or a host workspace), a call's outputs are complete when it returns. A CUDA call
+ * whose tensors are all device pointers or buffers only enqueues its kernels on the context's
+ * stream (wkv_cuda.h) and returns: its outputs are ready once the stream gets there —
+ * wkv_context_synchronize waits for that; wkv_buffer_upload/download are ordered after the
+ * work enqueued before them and synchronous.
  *
  * The backward workspace on such a context may be a wkv_buffer* (its first workspace_size
- * bytes are used) or host memory; with host memory the library uses device scratch of its
- * own of that size and never touches the host bytes. Host memory of a Vulkan context that
- * belongs to the caller's own VkDevice (guest mode) is in wkv_vulkan.h.
+ * bytes are used) or host memory (on CUDA also a device pointer); with host memory the library
+ * uses device scratch of its own of that size and never touches the host bytes. Host memory of
+ * a Vulkan context that belongs to the caller's own VkDevice (guest mode) is in wkv_vulkan.h.
  *
  *   wkv_buffer* state = NULL;
  *   wkv_buffer_create(ctx, B * H * N * N * 4, &state);       // zero-filled
@@ -420,8 +441,8 @@ WKV_API wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_d
 
 typedef struct wkv_buffer wkv_buffer;
 
-/* A zero-filled device buffer of `bytes` (> 0) bytes on ctx's device. Destroy with
- * wkv_buffer_destroy. WKV_ERROR_UNSUPPORTED on backends without device buffers. */
+/* A zero-filled device buffer of `bytes` (> 0) bytes on ctx's device (Vulkan, CUDA). Destroy
+ * with wkv_buffer_destroy. WKV_ERROR_UNSUPPORTED on backends without device buffers (CPU). */
 WKV_API wkv_status wkv_buffer_create(wkv_context* ctx, uint64_t bytes, wkv_buffer** out);
 /* Accepts NULL. The buffer must not be in use by a running call. */
 WKV_API void wkv_buffer_destroy(wkv_buffer* buf);
@@ -434,7 +455,8 @@ WKV_API wkv_status wkv_buffer_download(wkv_context* ctx, wkv_buffer* buf, uint64
 /* The size it was created with (0 for NULL). */
 WKV_API uint64_t wkv_buffer_size(const wkv_buffer* buf);
 /* A contiguous tensor in buf starting at byte_offset, on the buffer's device (device.type
- * WKV_DEVICE_VULKAN, device.id its context's device_index). Set strides after, if needed. */
+ * WKV_DEVICE_VULKAN or WKV_DEVICE_CUDA after its context's backend, device.id its context's
+ * device_index). Set strides after, if needed. */
 WKV_API wkv_tensor wkv_tensor_make_buffer(wkv_buffer* buf, uint64_t byte_offset, wkv_dtype dtype,
                                           int32_t ndim, const int64_t* shape);
 

@@ -12,7 +12,9 @@ extern "C" {
 #endif
 
 /* Every later call on ctx enqueues its work on `stream` and returns without synchronising
- * (the outputs are ready when the stream reaches that point). NULL means the legacy default
+ * (the outputs are ready when the stream reaches that point; wkv_context_synchronize waits
+ * for it) — except calls with a host tensor or a host workspace, which copy through the stream
+ * and synchronise it before they return (wkv.h's memory model). NULL means the legacy default
  * stream. The stream must belong to the context's device and outlive its use by ctx.
  * Returns WKV_ERROR_INVALID_ARGUMENT when ctx is not on the CUDA backend. */
 WKV_API wkv_status wkv_cuda_set_stream(wkv_context* ctx, cudaStream_t stream);

@@ -351,6 +351,7 @@ TEST_CASE("vulkan: buffers: zero-filled, upload/download round trip, range check
     for (size_t i = 0; i < 5; i++) data[13 + i] = data[i];
     REQUIRE(wkv_buffer_download(ctx, b, 0, got.data(), got.size()) == WKV_OK);
     CHECK(got == data);
+    CHECK(wkv_context_synchronize(ctx) == WKV_OK);  // a no-op: every call is complete on return
     CHECK(wkv_buffer_upload(ctx, b, 1000, data.data(), 2) == WKV_ERROR_INVALID_ARGUMENT);
     CHECK(wkv_buffer_download(ctx, b, 0, nullptr, 4) == WKV_ERROR_NULL_POINTER);
     CHECK(wkv_buffer_create(ctx, 0, &b) == WKV_ERROR_INVALID_ARGUMENT);
