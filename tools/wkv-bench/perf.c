@@ -55,9 +55,12 @@ static void perf_usage(FILE* f) {
             "                      [--no-state] [--seed S] [--json]\n"
             "\n"
             "Times wkv_forward and/or wkv_backward on random inputs that look like a model's,\n"
-            "with host (CPU-memory) tensors: W warm-up calls, then R timed calls (wall clock,\n"
-            "CLOCK_MONOTONIC, around each call; for a GPU backend that includes the copies to\n"
-            "and from the device). --op, B, T, H, N, --dtype and --threads take comma-separated\n"
+            "W warm-up calls, then R timed samples (wall clock, CLOCK_MONOTONIC). On the CPU a\n"
+            "sample is one call on host tensors. On a GPU backend every tensor and the workspace\n"
+            "live in library buffers (wkv_buffer_*, no staging), and a sample is `batch` calls\n"
+            "back to back plus one wkv_context_synchronize, divided by batch (batch sized so a\n"
+            "sample takes ~2 ms; reported as \"batch\"). --op, B, T, H, N, --dtype and --threads\n"
+            "take comma-separated\n"
             "lists (every combination is measured).\n"
             "\n"
             "  --op OP        rwkv7, rwkv6, rwkv4 or all (every op the backend supports); default\n"
@@ -137,7 +140,8 @@ static int cmp_double(const void* a, const void* b) {
 
 static void perf_report(const perf_cfg* c, const perf_op* op, const char* backend,
                         const char* device, wkv_dtype dt, const perf_shape* s, int threads,
-                        const char* pass, double* times, int n, double flop_per, double bytes) {
+                        const char* pass, double* times, int n, int batch, double flop_per,
+                        double bytes) {
     qsort(times, (size_t)n, sizeof *times, cmp_double);
     double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
     double mn = times[0];
@@ -152,11 +156,11 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
         printf("{\"op\":\"%s\",\"backend\":\"%s\",\"device\":", op->name, backend);
         bench_json_string(stdout, device);
         printf(",\"dtype\":\"%s\",\"B\":%lld,\"T\":%lld,\"H\":%lld,\"N\":%lld,\"threads\":%d,"
-               "\"pass\":\"%s\",\"decay\":\"%s\",\"state\":%s,\"repeat\":%d,\"median_ms\":%.6g,"
+               "\"pass\":\"%s\",\"decay\":\"%s\",\"state\":%s,\"repeat\":%d,\"batch\":%d,\"median_ms\":%.6g,"
                "\"min_ms\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,\"gbps\":%.6g}\n",
                wkvt_dtype_name(dt), (long long)s->B, (long long)s->T, (long long)s->H,
                (long long)s->N, threads, pass, wkvt_decay_form_name(perf_decay(c, op)),
-               c->state ? "true" : "false", n, med * 1e3, mn * 1e3, tps, gflops, gbps);
+               c->state ? "true" : "false", n, batch, med * 1e3, mn * 1e3, tps, gflops, gbps);
     } else {
         char shape[96];
         if (op->op == WKV_OP_RWKV4)
@@ -172,6 +176,63 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
                tps, gflops, gbps);
     }
     fflush(stdout);
+}
+
+/* On a GPU backend the timed tensors live in library buffers (wkv_buffer_*), so a call measures
+ * the kernels, not the staging of host memory. */
+enum { PERF_MAX_BUFFERS = 24 };
+typedef struct perf_resident {
+    wkv_buffer* buf[PERF_MAX_BUFFERS];
+    int n;
+} perf_resident;
+
+/* Moves a contiguous host tensor (if present) into a new buffer of ctx. 0, or -1 after
+ * printing an error. */
+static int perf_make_resident(wkv_context* ctx, perf_resident* r, wkv_tensor* t, const char* name) {
+    if (!t->data) return 0;
+    uint64_t bytes = t->dtype.bits / 8u;
+    for (int d = 0; d < t->ndim; d++) bytes *= (uint64_t)t->shape[d];
+    wkv_buffer* b = NULL;
+    if (r->n == PERF_MAX_BUFFERS || wkv_buffer_create(ctx, bytes, &b) != WKV_OK ||
+        (r->buf[r->n++] = b, wkv_buffer_upload(ctx, b, 0, t->data, bytes) != WKV_OK)) {
+        fprintf(stderr, "wkv-bench perf: cannot put %s on the device: %s\n", name, wkv_last_error(ctx));
+        return -1;
+    }
+    *t = wkv_tensor_make_buffer(b, 0, t->dtype, t->ndim, t->shape);
+    return 0;
+}
+
+static void perf_release(perf_resident* r) {
+    for (int i = 0; i < r->n; i++) wkv_buffer_destroy(r->buf[i]);
+    r->n = 0;
+}
+
+/* Times one call of fwd or bwd: on a GPU backend, `batch` back-to-back calls and one
+ * wkv_context_synchronize, divided by batch (device throughput, launch overhead hidden as it
+ * is in a real loop); on the CPU, one call. Returns the status. */
+static wkv_status perf_call(wkv_context* ctx, const wkv_forward_desc* fd, const wkv_backward_desc* bd,
+                            int device, int batch, double* seconds) {
+    wkv_status st = WKV_OK;
+    double t0 = wkvt_now();
+    for (int j = 0; j < batch && st == WKV_OK; j++) st = bd ? wkv_backward(ctx, bd) : wkv_forward(ctx, fd);
+    if (st == WKV_OK && device) st = wkv_context_synchronize(ctx);
+    *seconds = (wkvt_now() - t0) / batch;
+    return st;
+}
+
+/* Warm-up, then `repeat` timed samples. On a GPU backend the batch is sized so a sample takes
+ * about 2 ms. Returns the status; *batch_out says what was used. */
+static wkv_status perf_time(const perf_cfg* c, wkv_context* ctx, const wkv_forward_desc* fd,
+                            const wkv_backward_desc* bd, int device, double* times, int* batch_out) {
+    double t = 0;
+    wkv_status st = WKV_OK;
+    for (int i = 0; i < c->warmup && st == WKV_OK; i++) st = perf_call(ctx, fd, bd, device, 1, &t);
+    if (st == WKV_OK && device) st = perf_call(ctx, fd, bd, device, 1, &t);
+    int batch = 1;
+    if (device && t > 0 && t < 2e-3) batch = (int)(2e-3 / t) < 1000 ? (int)(2e-3 / t) : 1000;
+    for (int i = 0; i < c->repeat && st == WKV_OK; i++) st = perf_call(ctx, fd, bd, device, batch, &times[i]);
+    *batch_out = batch;
+    return st;
 }
 
 /* One op, one shape, one dtype, one context. Returns 0, or -1 after printing an error. */
@@ -195,6 +256,8 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
     float *st0 = NULL, *st1 = NULL, *dsT = NULL, *ds0 = NULL, *tmp = NULL;
     void *y = NULL, *dy = NULL, *ws = NULL;
     double* times = (double*)malloc((size_t)c->repeat * sizeof *times);
+    perf_resident res;
+    res.n = 0;
     int ok = times != NULL;
     for (int i = 0; i < op->ntok_in; i++) {
         f[i] = (float*)malloc(n * sizeof(float));
@@ -293,22 +356,24 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
     /* per-token tensors a call reads or writes once (see --help) */
     const double fwd_tok = (double)op->ntok_in + 1.0, bwd_tok = 2.0 * (double)op->ntok_in + 1.0;
     wkv_status st;
+    const int on_device = wkv_context_backend(ctx) != WKV_BACKEND_CPU;
+    int batch = 1;
+    if (on_device) {
+        wkv_tensor* fwd_tensors[] = {&fd.r, &fd.w, &fd.k, &fd.v, &fd.a, &fd.b, &fd.u, &fd.y,
+                                     &fd.state_in, &fd.state_out};
+        for (size_t i = 0; i < sizeof fwd_tensors / sizeof fwd_tensors[0]; i++)
+            if (perf_make_resident(ctx, &res, fwd_tensors[i], "the forward tensors")) goto done;
+    }
 
     if (c->fwd) {
-        for (int i = 0; i < c->warmup + c->repeat; i++) {
-            double t0 = wkvt_now();
-            st = wkv_forward(ctx, &fd);
-            double t1 = wkvt_now();
-            if (st != WKV_OK) {
-                fprintf(stderr,
-                        "wkv-bench perf: wkv_forward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
-                        op->name, (long long)s->B, (long long)s->T, (long long)s->H,
-                        (long long)s->N, wkvt_dtype_name(dt), wkv_last_error(ctx));
-                goto done;
-            }
-            if (i >= c->warmup) times[i - c->warmup] = t1 - t0;
+        st = perf_time(c, ctx, &fd, NULL, on_device, times, &batch);
+        if (st != WKV_OK) {
+            fprintf(stderr, "wkv-bench perf: wkv_forward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
+                    op->name, (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N,
+                    wkvt_dtype_name(dt), wkv_last_error(ctx));
+            goto done;
         }
-        perf_report(c, op, backend, device, dt, s, threads, "forward", times, c->repeat,
+        perf_report(c, op, backend, device, dt, s, threads, "forward", times, c->repeat, batch,
                     op->flop_fwd,
                     fwd_tok * tok_bytes + op->npar * par_bytes + 2.0 * state_bytes);
     }
@@ -336,10 +401,16 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
             }
         }
         if (c->state) {
-            bd.dstate_out = fd.state_in;
-            bd.dstate_out.data = dsT;
-            bd.dstate_in = fd.state_in;
+            bd.dstate_out = r4 ? wkv_tensor_make(dsT, WKV_DTYPE_F32, 3, sshape4)
+                               : wkv_tensor_make(dsT, WKV_DTYPE_F32, 4, sshape);
+            bd.dstate_in = bd.dstate_out;
             bd.dstate_in.data = ds0;
+        }
+        if (on_device) {
+            wkv_tensor* bwd_tensors[] = {&bd.dy, &bd.dstate_out, &bd.dr, &bd.dw, &bd.dk, &bd.dv,
+                                         &bd.da, &bd.db, &bd.du, &bd.dstate_in};
+            for (size_t i = 0; i < sizeof bwd_tensors / sizeof bwd_tensors[0]; i++)
+                if (perf_make_resident(ctx, &res, bwd_tensors[i], "the backward tensors")) goto done;
         }
         size_t wsz = 0;
         st = wkv_workspace_size(ctx, &wsz, &bd);
@@ -348,26 +419,28 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
                     wkv_last_error(ctx));
             goto done;
         }
-        if (wsz && !(ws = malloc(wsz))) {
+        if (on_device && wsz) {
+            wkv_buffer* wb = NULL;
+            if (res.n == PERF_MAX_BUFFERS || wkv_buffer_create(ctx, wsz, &wb) != WKV_OK) {
+                fprintf(stderr, "wkv-bench perf: no %zu-byte device workspace: %s\n", wsz,
+                        wkv_last_error(ctx));
+                goto done;
+            }
+            res.buf[res.n++] = wb;
+            bd.workspace = wb; /* a buffer of the context serves as the workspace */
+        } else if (wsz && !(bd.workspace = ws = malloc(wsz))) {
             fprintf(stderr, "wkv-bench perf: out of memory for a %zu-byte workspace\n", wsz);
             goto done;
         }
-        bd.workspace = ws;
         bd.workspace_size = wsz;
-        for (int i = 0; i < c->warmup + c->repeat; i++) {
-            double t0 = wkvt_now();
-            st = wkv_backward(ctx, &bd);
-            double t1 = wkvt_now();
-            if (st != WKV_OK) {
-                fprintf(stderr,
-                        "wkv-bench perf: wkv_backward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
-                        op->name, (long long)s->B, (long long)s->T, (long long)s->H,
-                        (long long)s->N, wkvt_dtype_name(dt), wkv_last_error(ctx));
-                goto done;
-            }
-            if (i >= c->warmup) times[i - c->warmup] = t1 - t0;
+        st = perf_time(c, ctx, &fd, &bd, on_device, times, &batch);
+        if (st != WKV_OK) {
+            fprintf(stderr, "wkv-bench perf: wkv_backward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
+                    op->name, (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N,
+                    wkvt_dtype_name(dt), wkv_last_error(ctx));
+            goto done;
         }
-        perf_report(c, op, backend, device, dt, s, threads, "backward", times, c->repeat,
+        perf_report(c, op, backend, device, dt, s, threads, "backward", times, c->repeat, batch,
                     op->flop_bwd,
                     bwd_tok * tok_bytes + 2.0 * op->npar * par_bytes + 3.0 * state_bytes);
     }
@@ -392,6 +465,7 @@ done:
     free(ds0);
     free(ws);
     free(times);
+    perf_release(&res);
     return rc;
 }
 
