@@ -9,7 +9,12 @@
 #                            GPU machine lacks) into build-deps/ (ignored by git), to be carried
 #   scripts/device.sh        there: everything above
 #
-# With the device tool: run(command="scripts/device.sh", carry=["build-deps"], timeout_s=600).
+# With the device tool: run(command="scripts/device.sh", carry=["build-deps", ".vk", ".gl"],
+# timeout_s=600). For the Vulkan part, here first: build with -DWKV_VULKAN=ON into build-vk and
+#   mkdir -p .vk && cp -a build-vk/libwkv.so* build-vk/libwkv_vulkan.so \
+#     build-vk/tools/wkv-bench/wkv-bench build-vk/backends/vulkan/tests/wkv_vulkan_tests .vk/
+# and download the loader: (cd .gl && apt-get download libvulkan1) with amd64 options (see
+# the device tool's README). .vk, .gl and build-deps are ignored by git.
 # Environment: WKV_DEVICE_ARCH (default 90), WKV_DEVICE_QUICK=1 (skip the sanitizers and the
 # wkv-bench perf run), WKV_DEVICE_PERF=0 (skip the device-timed perf runs), WKV_DEVICE_NCU=0
 # (skip Nsight Compute). The shortest full check (build, ctest, golden, demo):
@@ -122,10 +127,42 @@ pt --B 8 --T 1024 --H 64 --N 32 --dtype bf16 --pass all --repeat 5
 pt --B 8 --T 1024 --H 16 --N 128 --dtype bf16 --pass all --repeat 5
 stamp "device-timed perf done" | tee -a "$summary"
 fi
-if [ "${WKV_DEVICE_QUICK:-0}" != 1 ]; then
-  # wkv-bench perf (host tensors, wall clock): works once the core accepts host tensors on CUDA
-  "$bench" perf --backend cuda --B 8 --T 4096 --H 32 --N 64 --dtype bf16 --repeat 3 --json \
-    >>"$perf" 2>>"$out/golden_bench.log" || note "wkv-bench perf --backend cuda failed (golden_bench.log)"
+if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
+  # the same anchors through the public API: wkv-bench perf keeps every tensor in wkv_buffers
+  # and times batched calls + wkv_context_synchronize
+  wb() { "$bench" perf --backend "$@" --H 32 --N 64 --repeat 10 --json >>"$perf" 2>>"$out/golden_bench.log" ||
+         note "wkv-bench perf --backend $* failed (golden_bench.log)"; }
+  wb cuda --B 8 --T 4096 --dtype bf16
+  wb cuda --B 1 --T 4096 --dtype f16 --pass forward
+  wb cuda --B 1,256 --T 1 --dtype f32 --pass forward
+  stamp "wkv-bench perf cuda done" | tee -a "$summary"
+fi
+
+# ------------------------------------------------------------------------------- vulkan
+# The Vulkan plugin is built on the development machine (glslang is not here) and carried in
+# .vk/ with the Vulkan loader's .deb in .gl/ (see the header of this script).
+if [ -d "$root/.vk" ]; then
+  for f in "$root"/.gl/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
+  ldconfig 2>/dev/null
+  icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  [ -f "$icd" ] && export VK_DRIVER_FILES=$icd
+  vk=$root/.vk
+  vkrun() { LD_LIBRARY_PATH=$vk WKV_GOLDEN_DIR=$root/tests/golden WKV_VULKAN_VALIDATION=0 "$@"; }
+  {
+    vkrun "$vk/wkv-bench" info
+    for dt in f32 f16 bf16; do vkrun "$vk/wkv-bench" golden --backend vulkan --dtype "$dt" "$root"/tests/golden/wkv7_*.safetensors; echo "rc=$?"; done
+    vkrun "$vk/wkv_vulkan_tests"; echo "wkv_vulkan_tests rc=$?"
+  } >"$out/vulkan.log" 2>&1
+  note "vulkan: $(grep -c ' PASS ' "$out/vulkan.log") golden PASS, $(grep -c ' FAIL ' "$out/vulkan.log") FAIL; $(grep -E 'wkv_vulkan_tests rc|test cases:' "$out/vulkan.log" | tr '\n' ' ')"
+  if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
+    vb() { vkrun "$vk/wkv-bench" perf --backend vulkan "$@" --H 32 --N 64 --dtype f32 --repeat 5 --json >>"$perf" 2>>"$out/vulkan.log" ||
+           note "wkv-bench perf --backend vulkan $* failed (vulkan.log)"; }
+    vb --B 1,8 --T 4096 --pass forward
+    vb --B 8 --T 512
+    vb --B 1,64,256 --T 1 --pass forward
+    vb --B 8 --T 4096 --pass backward --repeat 3
+  fi
+  stamp "vulkan done" | tee -a "$summary"
 fi
 
 # ------------------------------------------------------------------------------- sanitizers
@@ -161,7 +198,7 @@ for line in open(sys.argv[1]):
     if not line.startswith("{"): continue
     r = json.loads(line)
     extra = (" graph" if r.get("graph") else "") + ("" if r.get("state", True) else " no-state")
-    timing = r.get("timing", "wall")
+    timing = r.get("timing", "wall") if "batch" not in r else f"{r['backend']} batch {r['batch']}"
     print(f"{r['pass']:8s} {r['dtype']:4s} B={r['B']:<4} T={r['T']:<5} H={r['H']} N={r['N']}{extra:10s}"
           f" {r['median_ms']:10.4f} ms (min {r['min_ms']:.4f})  {r['gbps']:8.1f} GB/s"
           f"  host {r.get('host_us', float('nan')):.2f} us  [{timing}]")
