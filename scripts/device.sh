@@ -13,8 +13,9 @@
 # timeout_s=600). For the Vulkan part, here first: build with -DWKV_VULKAN=ON into build-vk and
 #   mkdir -p .vk && cp -a build-vk/libwkv.so* build-vk/libwkv_vulkan.so \
 #     build-vk/tools/wkv-bench/wkv-bench build-vk/backends/vulkan/tests/wkv_vulkan_tests .vk/
-# and download the loader: (cd .gl && apt-get download libvulkan1) with amd64 options (see
-# the device tool's README). .vk, .gl and build-deps are ignored by git.
+# and download the loader and the GL dispatch libraries NVIDIA's Vulkan driver needs, with the
+# amd64 options of the device tool's README: (cd .gl && apt-get download libvulkan1 libegl1
+# libglvnd0 libopengl0 libgl1 libglx0 libgles2). .vk, .gl and build-deps are ignored by git.
 # Environment: WKV_DEVICE_ARCH (default 90), WKV_DEVICE_QUICK=1 (skip the sanitizers and the
 # wkv-bench perf run), WKV_DEVICE_PERF=0 (skip the device-timed perf runs), WKV_DEVICE_NCU=0
 # (skip Nsight Compute). The shortest full check (build, ctest, golden, demo):
