@@ -7,7 +7,9 @@
 # uint16_t; without it, through 32-bit words and atomics).
 # WKV_ROLLED is the variant for CPU implementations (VK_PHYSICAL_DEVICE_TYPE_CPU: lavapipe,
 # SwiftShader): the loops over a state row stay loops instead of being unrolled for registers.
-# Names: <kernel>[_s16][_rolled], as vk_pipeline.c looks them up.
+# Names: <kernel>[_s16][_rolled], as vk_pipeline.c looks them up (the RWKV-4 and reduce shaders
+# have no loops over a state row: their _rolled variants are the same code, listed so that
+# every kernel has the four names).
 set(WKV_SHADER_VARIANTS
   "wkv7_fwd|wkv7_fwd.comp|"
   "wkv7_fwd_s16|wkv7_fwd.comp|WKV_STORAGE16=1"
@@ -17,6 +19,26 @@ set(WKV_SHADER_VARIANTS
   "wkv7_bwd_s16|wkv7_bwd.comp|WKV_STORAGE16=1"
   "wkv7_bwd_rolled|wkv7_bwd.comp|WKV_ROLLED=1"
   "wkv7_bwd_s16_rolled|wkv7_bwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
+  "wkv6_fwd|wkv6_fwd.comp|"
+  "wkv6_fwd_s16|wkv6_fwd.comp|WKV_STORAGE16=1"
+  "wkv6_fwd_rolled|wkv6_fwd.comp|WKV_ROLLED=1"
+  "wkv6_fwd_s16_rolled|wkv6_fwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
+  "wkv6_bwd|wkv6_bwd.comp|"
+  "wkv6_bwd_s16|wkv6_bwd.comp|WKV_STORAGE16=1"
+  "wkv6_bwd_rolled|wkv6_bwd.comp|WKV_ROLLED=1"
+  "wkv6_bwd_s16_rolled|wkv6_bwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
+  "wkv4_fwd|wkv4_fwd.comp|"
+  "wkv4_fwd_s16|wkv4_fwd.comp|WKV_STORAGE16=1"
+  "wkv4_fwd_rolled|wkv4_fwd.comp|WKV_ROLLED=1"
+  "wkv4_fwd_s16_rolled|wkv4_fwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
+  "wkv4_bwd|wkv4_bwd.comp|"
+  "wkv4_bwd_s16|wkv4_bwd.comp|WKV_STORAGE16=1"
+  "wkv4_bwd_rolled|wkv4_bwd.comp|WKV_ROLLED=1"
+  "wkv4_bwd_s16_rolled|wkv4_bwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
+  "wkv_reduce|wkv_reduce.comp|"
+  "wkv_reduce_s16|wkv_reduce.comp|WKV_STORAGE16=1"
+  "wkv_reduce_rolled|wkv_reduce.comp|WKV_ROLLED=1"
+  "wkv_reduce_s16_rolled|wkv_reduce.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
 )
 # The Vulkan version the SPIR-V targets (glslangValidator --target-env, spirv-val --target-env).
 set(WKV_SHADER_TARGET_ENV vulkan1.1)

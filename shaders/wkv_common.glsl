@@ -1,6 +1,6 @@
 // Shared by the WKV compute shaders: the call's parameter block, tensor access for float32 /
-// float16 / bfloat16 storage, and the decay forms. Included by wkv7_fwd.comp and wkv7_bwd.comp;
-// the host side of every layout here is backends/vulkan/vk_rwkv7.c (keep them in step).
+// float16 / bfloat16 storage, and the decay forms. Included by every wkv*.comp; the host
+// side of every layout here is backends/vulkan/vk_op.c + vk_rwkv{7,6,4}.c (keep them in step).
 //
 // TENSORS. Every tensor binding is declared as an array of 32-bit words. A tensor's element
 // (i0, i1, i2, i3) is element  base + i0*stride.x + i1*stride.y + i2*stride.z + i3*stride.w
@@ -49,6 +49,7 @@
 #define SLOT_V 3
 #define SLOT_A 4
 #define SLOT_B 5
+#define SLOT_U 6
 #define SLOT_Y 7
 #define SLOT_SIN 8
 #define SLOT_SOUT 9
@@ -60,11 +61,15 @@
 #define SLOT_DV 15
 #define SLOT_DA 16
 #define SLOT_DB 17
+#define SLOT_DU 18
 #define SLOT_DSIN 19
 #define NUM_SLOTS 20
 // binding = slot + 1; binding 0 is the parameter block; the backward workspace follows.
 #define BINDING_CKPT 21
 #define BINDING_REPLAY 22
+// backward partial sums of the broadcast parameters' gradients (RWKV-6 du; RWKV-4 dw, du),
+// summed over sequences in order by wkv_reduce.comp
+#define BINDING_PART 23
 
 // Checkpoint interval of the backward (tokens per segment). Host: WKV_VK_K.
 #define WKV_K 32
@@ -90,7 +95,7 @@ struct TensorDesc {
 
 layout(std430, set = 0, binding = 0) readonly buffer Params {
     int B, T, H, N_;
-    int num_seqs, form, flags, pad_;
+    int num_seqs, form, flags, op; // op: 4, 6 or 7 (wkv_op)
     TensorDesc td[NUM_SLOTS];
     ivec4 seqs[]; // per sequence: batch, t0, t1, first checkpoint segment (backward)
 } P;

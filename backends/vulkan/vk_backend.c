@@ -4,15 +4,18 @@
 #include "vk_internal.h"
 
 static wkv_status vk_workspace_size(void* state, const wkv_problem* p, size_t* out, wkv_message* msg) {
-    return wkv_vk_rwkv7_workspace_size((wkv_vk_state*)state, p, out, msg);
+    if (p->op == WKV_OP_RWKV4) return wkv_vk_rwkv4_workspace_size((wkv_vk_state*)state, p, out, msg);
+    return wkv_vk_rwkv7_workspace_size((wkv_vk_state*)state, p, out, msg); /* RWKV-7 and RWKV-6 */
 }
 
 static wkv_status vk_forward(void* state, const wkv_problem* p, wkv_message* msg) {
-    return wkv_vk_rwkv7_forward((wkv_vk_state*)state, p, msg);
+    if (p->op == WKV_OP_RWKV4) return wkv_vk_rwkv4_forward((wkv_vk_state*)state, p, msg);
+    return wkv_vk_rwkv7_forward((wkv_vk_state*)state, p, msg); /* RWKV-7 and RWKV-6 */
 }
 
 static wkv_status vk_backward(void* state, const wkv_problem* p, wkv_message* msg) {
-    return wkv_vk_rwkv7_backward((wkv_vk_state*)state, p, msg);
+    if (p->op == WKV_OP_RWKV4) return wkv_vk_rwkv4_backward((wkv_vk_state*)state, p, msg);
+    return wkv_vk_rwkv7_backward((wkv_vk_state*)state, p, msg); /* RWKV-7 and RWKV-6 */
 }
 
 static wkv_status vk_control(void* state, int32_t request, void* data, wkv_message* msg) {

@@ -259,7 +259,7 @@ void wkv_vk_probe(wkv_backend_info* out) {
             ifn.vkGetPhysicalDeviceProperties(devs[ord < (int32_t)count ? ord : 0], &props);
             info->available = 1;
             info->device_count = (int32_t)count;
-            info->ops = 1u << WKV_OP_RWKV7;
+            info->ops = (1u << WKV_OP_RWKV7) | (1u << WKV_OP_RWKV6) | (1u << WKV_OP_RWKV4);
             info->dtypes = 7u;
             info->decay_forms = (1u << WKV_DECAY_DIRECT) | (1u << WKV_DECAY_LOG) |
                                 (1u << WKV_DECAY_EXP_NEG_EXP) | (1u << WKV_DECAY_CLAMPW);

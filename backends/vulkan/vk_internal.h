@@ -4,7 +4,9 @@
  *   vk_device.c     probe, device info, instance/device creation, validation messenger
  *   vk_memory.c     buffers (library-owned, staging, scratch), one-shot submission
  *   vk_pipeline.c   the embedded SPIR-V table, descriptor layouts, pipelines per variant
- *   vk_rwkv7.c      the RWKV-7 op: binding plan, parameter block, workspace, dispatch
+ *   vk_op.c         what every op shares: binding plan, staging, parameter block, descriptors
+ *   vk_rwkv7.c      RWKV-7 and RWKV-6 (one structure: N x N state per head): workspace, dispatch
+ *   vk_rwkv4.c      RWKV-4: workspace, dispatch
  *   vk_backend.c    the plugin's function table and entry point */
 #ifndef WKV_VK_INTERNAL_H
 #define WKV_VK_INTERNAL_H
@@ -40,9 +42,18 @@ typedef struct vkw_buffer {
 
 /* ---------------------------------------------------------------------------- kernels */
 
-enum { WKV_VK_KERNEL_RWKV7_FWD = 0, WKV_VK_KERNEL_RWKV7_BWD = 1, WKV_VK_KERNELS = 2 };
+enum {
+    WKV_VK_KERNEL_RWKV7_FWD = 0,
+    WKV_VK_KERNEL_RWKV7_BWD = 1,
+    WKV_VK_KERNEL_RWKV6_FWD = 2,
+    WKV_VK_KERNEL_RWKV6_BWD = 3,
+    WKV_VK_KERNEL_RWKV4_FWD = 4,
+    WKV_VK_KERNEL_RWKV4_BWD = 5,
+    WKV_VK_KERNEL_REDUCE = 6, /* the backward's per-sequence partials of du (RWKV-6), dw + du (RWKV-4) */
+    WKV_VK_KERNELS = 7
+};
 /* Bindings beyond the tensor slots (binding = slot + 1; 0 is the parameter block). */
-enum { WKV_VK_BINDING_CKPT = 21, WKV_VK_BINDING_REPLAY = 22, WKV_VK_MAX_BINDINGS = 23 };
+enum { WKV_VK_BINDING_CKPT = 21, WKV_VK_BINDING_REPLAY = 22, WKV_VK_BINDING_PART = 23, WKV_VK_MAX_BINDINGS = 24 };
 /* The backward's checkpoint interval; shaders/wkv_common.glsl WKV_K. */
 enum { WKV_VK_K = 32 };
 
@@ -132,13 +143,72 @@ wkv_status wkv_vk_kernels_create(wkv_vk_state* st, wkv_message* msg);
 void wkv_vk_kernels_destroy(wkv_vk_state* st);
 /* The pipeline of kernel for head size n (and tokens per chunk tc, forward), created on first use. */
 wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, int n, int tc, VkPipeline* out, wkv_message* msg);
-/* Descriptor sets for one op: `count` sets of kernel's layout (the pool is reset first). */
-wkv_status wkv_vk_descriptor_sets(wkv_vk_state* st, int kernel, uint32_t count, VkDescriptorSet* out, wkv_message* msg);
+/* Descriptor sets for one op: `count` sets of kernel's layout, then (last_kernel >= 0) one set of
+ * last_kernel's layout at out[count] (the pool is reset first). */
+wkv_status wkv_vk_descriptor_sets(wkv_vk_state* st, int kernel, uint32_t count, int last_kernel,
+                                  VkDescriptorSet* out, wkv_message* msg);
 
-/* vk_rwkv7.c */
+/* vk_op.c: one op call's plan. Tensor slots: the order of wkv_problem's views (also
+ * shaders/wkv_common.glsl SLOT_*). */
+enum { S_R, S_W, S_K, S_V, S_A, S_B, S_U, S_Y, S_SIN, S_SOUT, S_DY, S_DSOUT, S_DR, S_DW, S_DK,
+       S_DV, S_DA, S_DB, S_DU, S_DSIN };
+
+/* shaders/wkv_common.glsl: TensorDesc, the Params header (std430) and the push constants. */
+typedef struct gpu_tensor {
+    int32_t base, dtype, present, pad;
+    int32_t stride[4];
+} gpu_tensor;
+typedef struct gpu_header {
+    int32_t B, T, H, N, num_seqs, form, flags, op;
+} gpu_header;
+typedef struct gpu_push {
+    int32_t item_base, ck_first, ck_shift, rep_stride;
+} gpu_push;
+
+typedef struct slot_plan {
+    int used, present, host, output;
+    const char* host_lo; /* host: the address of the span's first byte */
+    uint64_t bytes;      /* host: span length */
+    uint64_t region;     /* host: offset of the span in staging / mirror */
+    VkBuffer buffer;     /* bound buffer (mirror for host tensors) */
+    VkDeviceSize offset, range;
+    gpu_tensor d;
+} slot_plan;
+
+typedef struct op_plan {
+    slot_plan slot[WKV_PROBLEM_VIEWS];
+    int64_t S;
+    uint64_t params_bytes, total; /* staging / mirror layout */
+} op_plan;
+
+uint64_t wkv_vk_align_up(uint64_t x, uint64_t a);
+uint64_t wkv_vk_offset_alignment(const wkv_vk_state* st);
+/* Plans the kernel's slots, lays out and fills staging (params + host spans); seg0: per
+ * sequence, its first checkpoint segment (backward) or NULL. */
+wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, const int* in_slots, int n_in,
+                          const int* out_slots, int n_out, const int64_t* seg0, wkv_message* msg);
+/* Writes the descriptors of `set` for kernel: the parameter block, its slots, and (when the
+ * kernel has them) the checkpoint, replay and partials ranges. */
+void wkv_vk_write_set(wkv_vk_state* st, int kernel, VkDescriptorSet set, const op_plan* op,
+                      const VkDescriptorBufferInfo* ck, const VkDescriptorBufferInfo* rep,
+                      const VkDescriptorBufferInfo* part);
+/* Begins the command buffer: staging -> mirror, barrier. */
+wkv_status wkv_vk_record_upload(wkv_vk_state* st, const op_plan* op, wkv_message* msg);
+/* Ends it: host outputs back to staging; submit, wait, copy them to the caller's memory. */
+wkv_status wkv_vk_finish_and_download(wkv_vk_state* st, const op_plan* op, wkv_message* msg);
+/* A compute -> compute barrier between dependent dispatches. */
+void wkv_vk_compute_barrier(wkv_vk_state* st);
+/* The longest sequence of p. */
+int64_t wkv_vk_longest(const wkv_problem* p);
+
+/* vk_rwkv7.c (RWKV-7 and RWKV-6) */
 wkv_status wkv_vk_rwkv7_forward(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg);
 wkv_status wkv_vk_rwkv7_backward(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg);
 wkv_status wkv_vk_rwkv7_workspace_size(wkv_vk_state* st, const wkv_problem* p, size_t* out, wkv_message* msg);
+/* vk_rwkv4.c */
+wkv_status wkv_vk_rwkv4_forward(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg);
+wkv_status wkv_vk_rwkv4_backward(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg);
+wkv_status wkv_vk_rwkv4_workspace_size(wkv_vk_state* st, const wkv_problem* p, size_t* out, wkv_message* msg);
 /* Tokens per shared-memory chunk of the forward for head size n. */
 int wkv_vk_forward_tc(const VkPhysicalDeviceLimits* lim, int64_t n);
 

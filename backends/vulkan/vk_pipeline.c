@@ -9,21 +9,26 @@
 #include "vk_internal.h"
 #include "vk_spirv.h"
 
-/* Tensor slots: the order of wkv_problem's views (also shaders/wkv_common.glsl SLOT_*). */
-enum { S_R, S_W, S_K, S_V, S_A, S_B, S_U, S_Y, S_SIN, S_SOUT, S_DY, S_DSOUT, S_DR, S_DW, S_DK,
-       S_DV, S_DA, S_DB, S_DU, S_DSIN };
-
 typedef struct kernel_def {
     const char* shader;
     int slots[WKV_PROBLEM_VIEWS];
     int num_slots;
-    int workspace; /* binds the checkpoint and replay regions */
+    int workspace; /* WS_*: which workspace regions it binds */
 } kernel_def;
 
+enum { WS_CKPT = 1, WS_REPLAY = 2, WS_PART = 4 };
+
+/* Indexed by WKV_VK_KERNEL_*. */
 static const kernel_def k_kernels[WKV_VK_KERNELS] = {
     {"wkv7_fwd", {S_R, S_W, S_K, S_V, S_A, S_B, S_Y, S_SIN, S_SOUT}, 9, 0},
     {"wkv7_bwd", {S_R, S_W, S_K, S_V, S_A, S_B, S_SIN, S_DY, S_DSOUT, S_DR, S_DW, S_DK, S_DV, S_DA, S_DB, S_DSIN},
-     16, 1},
+     16, WS_CKPT | WS_REPLAY},
+    {"wkv6_fwd", {S_R, S_W, S_K, S_V, S_U, S_Y, S_SIN, S_SOUT}, 8, 0},
+    {"wkv6_bwd", {S_R, S_W, S_K, S_V, S_U, S_SIN, S_DY, S_DSOUT, S_DR, S_DW, S_DK, S_DV, S_DSIN}, 13,
+     WS_CKPT | WS_REPLAY | WS_PART},
+    {"wkv4_fwd", {S_W, S_K, S_V, S_U, S_Y, S_SIN, S_SOUT}, 7, 0},
+    {"wkv4_bwd", {S_W, S_K, S_V, S_U, S_SIN, S_DY, S_DSOUT, S_DK, S_DV, S_DSIN}, 10, WS_CKPT | WS_REPLAY | WS_PART},
+    {"wkv_reduce", {S_W, S_DW, S_DU}, 3, WS_PART},
 };
 
 static const wkv_vk_spirv* find_spirv(const char* name) {
@@ -60,10 +65,9 @@ wkv_status wkv_vk_kernels_create(wkv_vk_state* st, wkv_message* msg) {
         kern->num_bindings = 0;
         kern->bindings[kern->num_bindings++] = 0; /* parameter block */
         for (int i = 0; i < d->num_slots; ++i) kern->bindings[kern->num_bindings++] = (uint32_t)d->slots[i] + 1;
-        if (d->workspace) {
-            kern->bindings[kern->num_bindings++] = WKV_VK_BINDING_CKPT;
-            kern->bindings[kern->num_bindings++] = WKV_VK_BINDING_REPLAY;
-        }
+        if (d->workspace & WS_CKPT) kern->bindings[kern->num_bindings++] = WKV_VK_BINDING_CKPT;
+        if (d->workspace & WS_REPLAY) kern->bindings[kern->num_bindings++] = WKV_VK_BINDING_REPLAY;
+        if (d->workspace & WS_PART) kern->bindings[kern->num_bindings++] = WKV_VK_BINDING_PART;
         VkDescriptorSetLayoutBinding b[WKV_VK_MAX_BINDINGS];
         memset(b, 0, sizeof b);
         for (uint32_t i = 0; i < kern->num_bindings; ++i) {
@@ -133,7 +137,9 @@ wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, int n, int tc, VkPipeli
         entries[i].size = 4;
     }
     VkSpecializationInfo spec;
-    spec.mapEntryCount = kernel == WKV_VK_KERNEL_RWKV7_FWD ? 2 : 1;
+    /* N (and TC for the matrix forwards); the RWKV-4 and reduce shaders have a fixed
+     * workgroup size and no constants: an entry for an absent constant ID is ignored. */
+    spec.mapEntryCount = kernel == WKV_VK_KERNEL_RWKV7_FWD || kernel == WKV_VK_KERNEL_RWKV6_FWD ? 2 : 1;
     spec.pMapEntries = entries;
     spec.dataSize = spec.mapEntryCount * 4;
     spec.pData = values;
@@ -158,13 +164,14 @@ wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, int n, int tc, VkPipeli
     return WKV_OK;
 }
 
-wkv_status wkv_vk_descriptor_sets(wkv_vk_state* st, int kernel, uint32_t count, VkDescriptorSet* out,
-                                  wkv_message* msg) {
+wkv_status wkv_vk_descriptor_sets(wkv_vk_state* st, int kernel, uint32_t count, int last_kernel,
+                                  VkDescriptorSet* out, wkv_message* msg) {
     VkResult r;
-    if (!st->desc_pool || st->desc_pool_sets < count) {
+    const uint32_t total = count + (last_kernel >= 0 ? 1u : 0u);
+    if (!st->desc_pool || st->desc_pool_sets < total) {
         if (st->desc_pool) st->fn.vkDestroyDescriptorPool(st->device, st->desc_pool, NULL);
         st->desc_pool = VK_NULL_HANDLE;
-        uint32_t sets = count < 16 ? 16 : count;
+        uint32_t sets = total < 16 ? 16 : total;
         VkDescriptorPoolSize size;
         size.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
         size.descriptorCount = sets * WKV_VK_MAX_BINDINGS;
@@ -181,9 +188,10 @@ wkv_status wkv_vk_descriptor_sets(wkv_vk_state* st, int kernel, uint32_t count, 
         return wkv_vk_result(msg, r, "vkResetDescriptorPool");
     }
     VkDescriptorSetLayout layouts[64];
-    for (uint32_t done = 0; done < count;) {
-        uint32_t n = count - done < 64 ? count - done : 64;
-        for (uint32_t i = 0; i < n; ++i) layouts[i] = st->kernels[kernel].set_layout;
+    for (uint32_t done = 0; done < total;) {
+        uint32_t n = total - done < 64 ? total - done : 64;
+        for (uint32_t i = 0; i < n; ++i)
+            layouts[i] = st->kernels[done + i < count ? kernel : last_kernel].set_layout;
         VkDescriptorSetAllocateInfo ai;
         memset(&ai, 0, sizeof ai);
         ai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
