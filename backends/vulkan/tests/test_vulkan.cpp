@@ -11,6 +11,7 @@
 //   outputs and workspace poisoned with NaN first, gaps of strided outputs must stay NaN;
 // - the memory model: wkv_buffer create/upload/download, the core's span checks, a decode loop
 //   whose state never leaves the device.
+// RWKV-6/5 and RWKV-4: test_vulkan_ops.cpp.
 // WKV_TEST_SEED=<seed> reproduces a run (the seed is printed with failures).
 #include <doctest/doctest.h>
 
