@@ -94,7 +94,8 @@ grep -E "MESSAGE: golden" "$out/cuda_tests.log" | sed 's/.*MESSAGE: //' | tee -a
 : >"$out/golden_bench.log"
 for dt in f32 f16 bf16; do
   echo "== wkv-bench golden --backend cuda --dtype $dt" >>"$out/golden_bench.log"
-  "$bench" golden --backend cuda --dtype "$dt" "$root"/tests/golden/wkv7_*.safetensors >>"$out/golden_bench.log" 2>&1
+  "$bench" golden --backend cuda --dtype "$dt" "$root"/tests/golden/wkv7_*.safetensors \
+    "$root"/tests/golden/wkv6_*.safetensors "$root"/tests/golden/wkv4_*.safetensors >>"$out/golden_bench.log" 2>&1
   echo "rc=$?" >>"$out/golden_bench.log"
 done
 cat "$out/golden_bench.log" >>"$summary"
@@ -137,6 +138,15 @@ if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
   wb cuda --B 1 --T 4096 --dtype f16 --pass forward
   wb cuda --B 1,256 --T 1 --dtype f32 --pass forward
   stamp "wkv-bench perf cuda done" | tee -a "$summary"
+fi
+# RWKV-6 and RWKV-4 anchors (issue 5): fwd+bwd B=8 T=4096, RWKV-6 H=32 N=64 bf16 (fla 7.29 ms),
+# RWKV-4 C=2048 fp32 (fla 5.53 ms). WKV_DEVICE_PERF64=1 runs them even with WKV_DEVICE_PERF=0.
+if [ "${WKV_DEVICE_PERF64:-${WKV_DEVICE_PERF:-1}}" = 1 ]; then
+  p64() { "$bench" perf --backend cuda "$@" --repeat 5 --json >>"$perf" 2>>"$out/golden_bench.log" ||
+          note "wkv-bench perf --backend cuda $* failed (golden_bench.log)"; }
+  p64 --op rwkv6,rwkv4 --B 8 --T 4096 --H 32 --N 64 --dtype bf16
+  p64 --op rwkv4 --B 8 --T 4096 --H 32 --N 64 --dtype f32
+  stamp "wkv-bench perf cuda rwkv6/rwkv4 done" | tee -a "$summary"
 fi
 
 # ------------------------------------------------------------------------------- vulkan
@@ -200,7 +210,7 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     extra = (" graph" if r.get("graph") else "") + ("" if r.get("state", True) else " no-state")
     timing = r.get("timing", "wall") if "batch" not in r else f"{r['backend']} batch {r['batch']}"
-    print(f"{r['pass']:8s} {r['dtype']:4s} B={r['B']:<4} T={r['T']:<5} H={r['H']} N={r['N']}{extra:10s}"
+    print(f"{r.get('op', ''):6s} {r['pass']:8s} {r['dtype']:4s} B={r['B']:<4} T={r['T']:<5} H={r['H']} N={r['N']}{extra:10s}"
           f" {r['median_ms']:10.4f} ms (min {r['min_ms']:.4f})  {r['gbps']:8.1f} GB/s"
           f"  host {r.get('host_us', float('nan')):.2f} us  [{timing}]")
 EOF

@@ -57,6 +57,8 @@ TEST_CASE("cuda: the backend describes itself, with or without a GPU") {
     } else {
         CHECK(info.device_count >= 1);
         CHECK((info.ops & (1u << WKV_OP_RWKV7)) != 0);
+        CHECK((info.ops & (1u << WKV_OP_RWKV6)) != 0);
+        CHECK((info.ops & (1u << WKV_OP_RWKV4)) != 0);
         CHECK(info.dtypes == 7u);
         CHECK(info.any_head_size == 0);
         std::vector<int> sizes(info.head_sizes, info.head_sizes + info.num_head_sizes);
@@ -1005,11 +1007,11 @@ TEST_CASE("cuda: unsupported head sizes and misplaced memory are refused with a 
         CHECK(wkv_forward(cc.ctx, &f) == WKV_ERROR_UNSUPPORTED);
         CHECK(std::string(wkv_last_error(cc.ctx)).find("head size") != std::string::npos);
     }
-    // RWKV-6 is not implemented yet
+    // RWKV-6 with a head size other than 32, 64, 128
     {
-        HostTensor x(WKV_DTYPE_F32, {1, 2, 1, 64}), u(WKV_DTYPE_F32, {1, 64});
+        HostTensor x(WKV_DTYPE_F32, {1, 2, 1, 48}), u(WKV_DTYPE_F32, {1, 48});
         DevMirror dx(x), du(u);
-        HostTensor yh(WKV_DTYPE_F32, {1, 2, 1, 64});
+        HostTensor yh(WKV_DTYPE_F32, {1, 2, 1, 48});
         DevMirror dyy(yh);
         wkv_forward_desc f{};
         f.struct_size = sizeof f;
@@ -1019,6 +1021,7 @@ TEST_CASE("cuda: unsupported head sizes and misplaced memory are refused with a 
         f.u = du.view();
         f.y = dyy.view();
         CHECK(wkv_forward(cc.ctx, &f) == WKV_ERROR_UNSUPPORTED);
+        CHECK(std::string(wkv_last_error(cc.ctx)).find("head size") != std::string::npos);
     }
     // Vulkan memory on a CUDA context: refused by the core; host tensors: staged
     {

@@ -29,7 +29,10 @@
  * - The calling thread's current device is switched to the context's device for a call and
  *   restored afterwards.
  *
- * BACKWARD WORKSPACE (bytes), for head size N and the context's checkpoint interval K1:
+ * BACKWARD WORKSPACE (bytes). RWKV-6 and RWKV-4: the formulas at the top of rwkv6.cu and rwkv4.cu
+ * (checkpoints, per-sequence partial sums of du / dw reduced in a fixed order by a second
+ * kernel, and for RWKV-6 the replay states of one launch). RWKV-7, for head size N and the
+ * context's checkpoint interval K1:
  *     256 + 4 * H * N * N * G,   G = sum over sequences s of ceil(L_s / K1)
  *                                   (unpacked: B * ceil(T / K1))
  * (K1, K2) (segment, replay window) is chosen per device at context creation: the longest
@@ -38,8 +41,9 @@
  * E.g. B=8 T=4096 H=32 N=64: 2 GiB. Query wkv_workspace_size on the context that will run the
  * backward.
  *
- * Supported: RWKV-7, N in {32, 64, 128}, float32/float16/bfloat16 per tensor, every decay form,
- * any strides, packed sequences. RWKV-6/RWKV-4 and other N return WKV_ERROR_UNSUPPORTED. */
+ * Supported: RWKV-7 and RWKV-6/5 with N in {32, 64, 128}, RWKV-4 with any C; float32/float16/
+ * bfloat16 per tensor, every decay form, any strides, packed sequences, both state orders
+ * (RWKV-4: planar or interleaved). Other N return WKV_ERROR_UNSUPPORTED. */
 #include <cuda_runtime_api.h>
 
 #include <cstdarg>
@@ -197,7 +201,7 @@ void cuda_probe(wkv_backend_info* out) {
                   WKV_CUDA_ARCHS);
     out->available = 1;
     out->device_count = count;
-    out->ops = 1u << WKV_OP_RWKV7;
+    out->ops = (1u << WKV_OP_RWKV7) | (1u << WKV_OP_RWKV6) | (1u << WKV_OP_RWKV4);
     out->dtypes = 7u;
     out->decay_forms = (1u << WKV_DECAY_DIRECT) | (1u << WKV_DECAY_LOG) |
                        (1u << WKV_DECAY_EXP_NEG_EXP) | (1u << WKV_DECAY_CLAMPW);
@@ -361,13 +365,25 @@ wkv_status check_problem(const CudaState* st, const wkv_problem* p, wkv_message*
         set_message(msg, "an earlier call failed on the device; destroy this context");
         return WKV_ERROR_DEVICE_LOST;
     }
-    if (p->op != WKV_OP_RWKV7) {
-        set_message(msg, "op %s (%d) is not implemented by the CUDA backend yet", op_name(p->op),
+    if (p->op != WKV_OP_RWKV7 && p->op != WKV_OP_RWKV6 && p->op != WKV_OP_RWKV4) {
+        set_message(msg, "op %s (%d) is not implemented by the CUDA backend", op_name(p->op),
                     (int)p->op);
         return WKV_ERROR_UNSUPPORTED;
     }
-    *hidx = head_index(p->N);
-    if (*hidx < 0) {
+    if (p->op == WKV_OP_RWKV4) {
+        *hidx = -1;
+        if (p->decay_form != WKV_DECAY_EXP_NEG_EXP) {
+            set_message(msg, "RWKV-4 needs decay_form WKV_DECAY_EXP_NEG_EXP, not %d", (int)p->decay_form);
+            return WKV_ERROR_UNSUPPORTED;
+        }
+        if (p->N > INT32_MAX || p->H != 1) {
+            set_message(msg, "RWKV-4 with C=%lld channels is too large for the CUDA backend",
+                        (long long)p->N);
+            return WKV_ERROR_UNSUPPORTED;
+        }
+    }
+    if (p->op != WKV_OP_RWKV4) *hidx = head_index(p->N);
+    if (p->op != WKV_OP_RWKV4 && *hidx < 0) {
         set_message(msg, "head size N=%lld is not supported by the CUDA backend (supported: 32, 64, 128)",
                     (long long)p->N);
         return WKV_ERROR_UNSUPPORTED;
@@ -404,6 +420,7 @@ wkv_status check_problem(const CudaState* st, const wkv_problem* p, wkv_message*
 /* Sequences per launch: packed problems carry their offsets in the parameters. */
 int64_t seqs_per_launch(const wkv_problem* p) {
     if (p->seq_offsets) return kMaxSeqsPerLaunch;
+    if (p->op == WKV_OP_RWKV4) return 65535; /* grid.y */
     const int64_t max_blocks = 0x7fffffff;
     int64_t n = max_blocks / p->H;
     return n < 1 ? 1 : n;
@@ -461,9 +478,14 @@ struct Placement {
     bool staged() const { return total > 0; }
 };
 
-/* Elements of view i of p (RWKV-7: per-token views B*T*H*N, states S*H*N*N). */
+/* Elements of view i of p (per-token views B*T*H*N, states S*H*N*N; RWKV-6 u, du: H*N;
+ * RWKV-4 w, u, dw, du: C = N, states S*3*C). */
 int64_t view_numel(const wkv_problem* p, int i) {
-    return is_state_view(i) ? p->num_seqs * p->H * p->N * p->N : p->B * p->T * p->H * p->N;
+    const bool rwkv4 = p->op == WKV_OP_RWKV4;
+    if (is_state_view(i)) return rwkv4 ? p->num_seqs * 3 * p->N : p->num_seqs * p->H * p->N * p->N;
+    if (i == 6 || i == 18) return rwkv4 ? p->N : p->H * p->N;           /* u, du */
+    if (rwkv4 && (i == 1 || i == 13)) return p->N;                       /* w, dw */
+    return p->B * p->T * p->H * p->N;
 }
 
 /* Fills pl: device addresses of device and buffer views now, offsets of the staged spans
@@ -605,6 +627,51 @@ wkv_status stage_out(CudaState* st, Placement* pl, StreamDrain* drain, wkv_messa
     return WKV_OK;
 }
 
+/* Enqueues the RWKV-6 or RWKV-4 forward on the placed views; the cudaError_t as int. */
+int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
+    const int64_t per = seqs_per_launch(p);
+    if (p->op == WKV_OP_RWKV6) {
+        Rwkv6FwdParams prm;
+        std::memset(&prm, 0, sizeof prm);
+        prm.r = pl.v[0];
+        prm.w = pl.v[1];
+        prm.k = pl.v[2];
+        prm.v = pl.v[3];
+        prm.u = pl.v[6];
+        prm.y = pl.v[kY];
+        prm.state_in = pl.v[kStateIn];
+        prm.state_out = pl.v[kStateOut];
+        prm.T = p->T;
+        prm.H = (int32_t)p->H;
+        prm.form = (int32_t)p->decay_form;
+        for (int64_t first = 0; first < p->num_seqs; first += per) {
+            const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
+            fill_seq(p, first, count, &prm.seq);
+            const int e = rwkv6_launch_forward((int)p->N, prm, count * p->H, st->stream);
+            if (e != 0) return e;
+        }
+        return 0;
+    }
+    Rwkv4FwdParams prm;
+    std::memset(&prm, 0, sizeof prm);
+    prm.k = pl.v[2];
+    prm.v = pl.v[3];
+    prm.w = pl.v[1];
+    prm.u = pl.v[6];
+    prm.y = pl.v[kY];
+    prm.state_in = pl.v[kStateIn];
+    prm.state_out = pl.v[kStateOut];
+    prm.T = p->T;
+    prm.C = (int32_t)p->N;
+    for (int64_t first = 0; first < p->num_seqs; first += per) {
+        const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
+        fill_seq(p, first, count, &prm.seq);
+        const int e = rwkv4_launch_forward(prm, count, st->stream);
+        if (e != 0) return e;
+    }
+    return 0;
+}
+
 wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     CudaState* st = static_cast<CudaState*>(state);
     int hidx = -1;
@@ -621,6 +688,12 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     s = stage_in(st, p, &pl, &drain, msg);
     if (s != WKV_OK) return s;
 
+    if (p->op == WKV_OP_RWKV6 || p->op == WKV_OP_RWKV4) {
+        const int e = forward_rwkv64(st, p, pl);
+        if (e != 0) return cuda_fail(st, (cudaError_t)e, msg,
+                                     p->op == WKV_OP_RWKV6 ? "RWKV-6 forward launch" : "RWKV-4 forward launch");
+        return stage_out(st, &pl, &drain, msg);
+    }
     Rwkv7FwdParams prm;
     std::memset(&prm, 0, sizeof prm);
     prm.r = pl.v[0];
@@ -669,8 +742,57 @@ bool checkpoint_bytes(const wkv_problem* p, int K1, uint64_t* bytes) {
     return true;
 }
 
+/* The RWKV-6 / RWKV-4 backward workspace (the formulas at the top of rwkv6.cu / rwkv4.cu):
+ * offsets from the 256-aligned base. */
+struct Plan64 {
+    uint64_t ckpt_off = 0, part_off = 0, seg_off = 0, total = 0;
+};
+
+uint64_t a256(uint64_t x) { return (x + 255u) / 256u * 256u; }
+
+bool plan_rwkv64(const wkv_problem* p, Plan64* out) {
+    const bool r6 = p->op == WKV_OP_RWKV6;
+    const int64_t K = r6 ? (int64_t)kRwkv6SegK : (int64_t)kRwkv4SegK;
+    uint64_t G = 0;
+    if (p->seq_offsets) {
+        for (int64_t s = 0; s < p->num_seqs; ++s)
+            G += (uint64_t)((p->seq_offsets[s + 1] - p->seq_offsets[s] + K - 1) / K);
+    } else if (__builtin_mul_overflow((uint64_t)p->B, (uint64_t)((p->T + K - 1) / K), &G)) {
+        return false;
+    }
+    const uint64_t N = (uint64_t)p->N, H = (uint64_t)p->H, S = (uint64_t)p->num_seqs;
+    uint64_t ckpt = 0, part = 0, seg = 0;
+    bool ovf = false;
+    if (r6) {
+        const uint64_t per = (uint64_t)seqs_per_launch(p);
+        const uint64_t bl = (S < per ? S : per) * H;
+        ovf |= __builtin_mul_overflow(4 * N * N, H, &ckpt) || __builtin_mul_overflow(ckpt, G, &ckpt);
+        ovf |= __builtin_mul_overflow(4 * N * H, S, &part);
+        ovf |= __builtin_mul_overflow(4 * N * N * (uint64_t)(K - 1), bl, &seg);
+    } else {
+        ovf |= __builtin_mul_overflow(16 * N, G, &ckpt);
+        ovf |= __builtin_mul_overflow(8 * N, S, &part);
+    }
+    if (ovf || ckpt > (UINT64_MAX >> 2) || part > (UINT64_MAX >> 2) || seg > (UINT64_MAX >> 2)) return false;
+    out->ckpt_off = 0;
+    out->part_off = a256(ckpt);
+    out->seg_off = out->part_off + a256(part);
+    out->total = 256 + out->seg_off + seg;
+    return out->total <= (uint64_t)SIZE_MAX;
+}
+
 wkv_status plan_backward(const CudaState* st, const wkv_problem* p, int hidx, size_t* bytes,
                          wkv_message* msg) {
+    if (p->op != WKV_OP_RWKV7) {
+        Plan64 pl;
+        if (!plan_rwkv64(p, &pl)) {
+            set_message(msg, "the %s backward workspace for B=%lld T=%lld H=%lld N=%lld overflows size_t",
+                        op_name(p->op), (long long)p->B, (long long)p->T, (long long)p->H, (long long)p->N);
+            return WKV_ERROR_OVERFLOW;
+        }
+        *bytes = (size_t)pl.total;
+        return WKV_OK;
+    }
     if (st->K1[hidx] == 0) {
         set_message(msg, "RWKV-7 backward with N=%lld needs %zu bytes of shared memory per block; "
                     "this GPU offers %d", (long long)p->N, st->smem_min[hidx], st->smem_optin);
@@ -684,6 +806,87 @@ wkv_status plan_backward(const CudaState* st, const wkv_problem* p, int hidx, si
     }
     *bytes = (size_t)b;
     return WKV_OK;
+}
+
+/* Enqueues the RWKV-6 or RWKV-4 backward (and its reduction) on the placed views with the
+ * device workspace ws; the cudaError_t as int. */
+int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, char* ws) {
+    Plan64 plan;
+    if (!plan_rwkv64(p, &plan)) return (int)cudaErrorInvalidValue; /* checked before */
+    const uintptr_t base = (reinterpret_cast<uintptr_t>(ws) + 255u) & ~(uintptr_t)255u;
+    float* ckpt = reinterpret_cast<float*>(base + plan.ckpt_off);
+    float* part = reinterpret_cast<float*>(base + plan.part_off);
+    float* segs = reinterpret_cast<float*>(base + plan.seg_off);
+    const int64_t per = seqs_per_launch(p);
+    const bool r6 = p->op == WKV_OP_RWKV6;
+    const int64_t K = r6 ? (int64_t)kRwkv6SegK : (int64_t)kRwkv4SegK;
+    int64_t seg = 0; /* packed: segments of the sequences before `first` */
+    if (r6) {
+        Rwkv6BwdParams prm;
+        std::memset(&prm, 0, sizeof prm);
+        prm.r = pl.v[0];
+        prm.w = pl.v[1];
+        prm.k = pl.v[2];
+        prm.v = pl.v[3];
+        prm.u = pl.v[6];
+        prm.state_in = pl.v[kStateIn];
+        prm.dy = pl.v[10];
+        prm.dstate_out = pl.v[kDstateOut];
+        prm.dr = pl.v[kDr];
+        prm.dw = pl.v[kDr + 1];
+        prm.dk = pl.v[kDr + 2];
+        prm.dv = pl.v[kDr + 3];
+        prm.dstate_in = pl.v[kDstateIn];
+        prm.ckpt = ckpt;
+        prm.part = part;
+        prm.seg = segs;
+        prm.T = p->T;
+        prm.H = (int32_t)p->H;
+        prm.form = (int32_t)p->decay_form;
+        for (int64_t first = 0; first < p->num_seqs; first += per) {
+            const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
+            fill_seq(p, first, count, &prm.seq);
+            if (p->seq_offsets) {
+                for (int64_t x = 0; x <= count; ++x) {
+                    prm.seg0[x] = seg;
+                    if (x < count) seg += (p->seq_offsets[first + x + 1] - p->seq_offsets[first + x] + K - 1) / K;
+                }
+            }
+            const int e = rwkv6_launch_backward((int)p->N, prm, count * p->H, st->stream);
+            if (e != 0) return e;
+        }
+        return rwkv6_launch_reduce((int)p->N, part, pl.v[kDr + 6], p->num_seqs, (int32_t)p->H, st->stream);
+    }
+    Rwkv4BwdParams prm;
+    std::memset(&prm, 0, sizeof prm);
+    prm.k = pl.v[2];
+    prm.v = pl.v[3];
+    prm.w = pl.v[1];
+    prm.u = pl.v[6];
+    prm.state_in = pl.v[kStateIn];
+    prm.dy = pl.v[10];
+    prm.dstate_out = pl.v[kDstateOut];
+    prm.dk = pl.v[kDr + 2];
+    prm.dv = pl.v[kDr + 3];
+    prm.dstate_in = pl.v[kDstateIn];
+    prm.ckpt = ckpt;
+    prm.part = part;
+    prm.T = p->T;
+    prm.C = (int32_t)p->N;
+    for (int64_t first = 0; first < p->num_seqs; first += per) {
+        const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
+        fill_seq(p, first, count, &prm.seq);
+        if (p->seq_offsets) {
+            for (int64_t x = 0; x <= count; ++x) {
+                prm.seg0[x] = seg;
+                if (x < count) seg += (p->seq_offsets[first + x + 1] - p->seq_offsets[first + x] + K - 1) / K;
+            }
+        }
+        const int e = rwkv4_launch_backward(prm, count, st->stream);
+        if (e != 0) return e;
+    }
+    return rwkv4_launch_reduce(part, pl.v[1], pl.v[kDr + 1], pl.v[kDr + 6], p->num_seqs, (int32_t)p->N,
+                               st->stream);
 }
 
 wkv_status cuda_workspace_size(void* state, const wkv_problem* p, size_t* out_bytes, wkv_message* msg) {
@@ -703,8 +906,8 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     s = plan_backward(st, p, hidx, &need, msg);
     if (s != WKV_OK) return s;
     if (!p->workspace || p->workspace_size < need) {
-        set_message(msg, "the workspace has %zu bytes; RWKV-7 backward needs %zu",
-                    p->workspace ? p->workspace_size : (size_t)0, need);
+        set_message(msg, "the workspace has %zu bytes; %s backward needs %zu",
+                    p->workspace ? p->workspace_size : (size_t)0, op_name(p->op), need);
         return WKV_ERROR_WORKSPACE_TOO_SMALL;
     }
     if (p->num_seqs == 0 || p->H == 0) return WKV_OK;
@@ -736,6 +939,12 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     if (s != WKV_OK) return s;
     if (ws_stage) ws = pl.workspace;
 
+    if (p->op != WKV_OP_RWKV7) {
+        const int e = backward_rwkv64(st, p, pl, ws);
+        if (e != 0) return cuda_fail(st, (cudaError_t)e, msg,
+                                     p->op == WKV_OP_RWKV6 ? "RWKV-6 backward launch" : "RWKV-4 backward launch");
+        return stage_out(st, &pl, &drain, msg);
+    }
     cudaError_t e = cudaSuccess;
     Rwkv7BwdParams prm;
     std::memset(&prm, 0, sizeof prm);

@@ -77,6 +77,69 @@ int rwkv7_prepare_backward(int N, size_t smem);
  * the current device. Returns the cudaError_t as int. */
 int rwkv7_check_kernel_image(int N);
 
+/* ------------------------------------------------------------------------------ RWKV-6 */
+
+enum { kRwkv6SegK = 16 }; /* backward: tokens per checkpointed segment */
+
+struct Rwkv6FwdParams {
+    DevView r, w, k, v, u, y, state_in, state_out;
+    int64_t T;
+    int32_t H;
+    int32_t form;
+    SeqInfo seq;
+};
+
+struct Rwkv6BwdParams {
+    DevView r, w, k, v, u, state_in;
+    DevView dy, dstate_out;
+    DevView dr, dw, dk, dv, dstate_in;
+    float* ckpt;  /* as RWKV-7's, with K1 = kRwkv6SegK */
+    float* part;  /* du partials: (s * H + h) * N floats per (sequence, head) */
+    float* seg;   /* replay states: block b of a launch at b * (kRwkv6SegK - 1) * N * N */
+    int64_t T;
+    int32_t H;
+    int32_t form;
+    int64_t seg0[kMaxSeqsPerLaunch + 1]; /* packed: as Rwkv7BwdParams::seg0 */
+    SeqInfo seq;
+};
+
+int rwkv6_launch_forward(int N, const Rwkv6FwdParams& p, int64_t blocks, void* stream);
+int rwkv6_launch_backward(int N, const Rwkv6BwdParams& p, int64_t blocks, void* stream);
+/* du[h][j] = sum over s = 0..S-1, in order, of part[(s * H + h) * N + j]. */
+int rwkv6_launch_reduce(int N, const float* part, DevView du, int64_t S, int32_t H, void* stream);
+
+/* ------------------------------------------------------------------------------ RWKV-4 */
+
+enum { kRwkv4SegK = 16, kRwkv4Threads = 128 };
+
+struct Rwkv4FwdParams {
+    DevView k, v, w, u, y, state_in, state_out;
+    int64_t T;
+    int32_t C;
+    int32_t pad_;
+    SeqInfo seq;
+};
+
+struct Rwkv4BwdParams {
+    DevView k, v, w, u, state_in;
+    DevView dy, dstate_out;
+    DevView dk, dv, dstate_in;
+    float* ckpt; /* (aa, bb, ph, pl) planes: ((seg0(s) + g) * 4 + part) * C + c */
+    float* part; /* dwd, du partials: (2 s + x) * C + c */
+    int64_t T;
+    int32_t C;
+    int32_t pad_;
+    int64_t seg0[kMaxSeqsPerLaunch + 1]; /* packed: absolute segment prefix sums */
+    SeqInfo seq;
+};
+
+/* Grid: (ceil(C / kRwkv4Threads), sequences of the launch). */
+int rwkv4_launch_forward(const Rwkv4FwdParams& p, int64_t seqs, void* stream);
+int rwkv4_launch_backward(const Rwkv4BwdParams& p, int64_t seqs, void* stream);
+/* dw = wd * sum_s dwd partials (0 when the sum is 0), du = sum_s du partials, s in order. */
+int rwkv4_launch_reduce(const float* part, DevView w, DevView dw, DevView du, int64_t S, int32_t C,
+                        void* stream);
+
 } // namespace wkv_cuda
 
 #endif

@@ -1,0 +1,89 @@
+/* Device helpers shared by rwkv6.cu and rwkv4.cu: element loads/stores of any dtype, the decay
+ * forms, sequence bounds of a block. (rwkv7.cu keeps its own tuned copies.) */
+#ifndef WKV_BACKENDS_CUDA_ELEM_CUH
+#define WKV_BACKENDS_CUDA_ELEM_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda_internal.h"
+
+namespace wkv_cuda {
+namespace elem {
+
+/* Branch-free element load (see rwkv7.cu's load_elem for why). */
+__device__ __forceinline__ float load(const DevView& v, int64_t off) {
+    const int es = v.elem == 0 ? 4 : 2;
+    const unsigned short* ptr = reinterpret_cast<const unsigned short*>(v.data + off * es);
+    const unsigned lo = ptr[0];
+    const unsigned hi = ptr[es >> 2];
+    const float f32 = __uint_as_float(lo | (hi << 16));
+    const float bf16 = __uint_as_float(lo << 16);
+    const float f16 = __half2float(__ushort_as_half((unsigned short)lo));
+    return v.elem == 0 ? f32 : (v.elem == 2 ? bf16 : f16);
+}
+
+__device__ __forceinline__ void store(const DevView& v, int64_t off, float x) {
+    switch (v.elem) {
+    case 0: reinterpret_cast<float*>(v.data)[off] = x; break;
+    case 1: reinterpret_cast<__half*>(v.data)[off] = __float2half_rn(x); break;
+    default: reinterpret_cast<__nv_bfloat16*>(v.data)[off] = __float2bfloat16_rn(x); break;
+    }
+}
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* decay and d decay / d w from w: the CPU backend's decay_row. */
+__device__ __forceinline__ float decay_of(int form, float w, float* ddw) {
+    switch (form) {
+    case 1: /* DIRECT */
+        *ddw = 1.0f;
+        return w;
+    case 2: { /* LOG */
+        const float d = expf(w);
+        *ddw = d;
+        return d;
+    }
+    case 3: { /* EXP_NEG_EXP */
+        const float e = expf(w);
+        const float d = expf(-e);
+        *ddw = isinf(e) ? -0.0f : -e * d;
+        return d;
+    }
+    default: { /* CLAMPW */
+        const float kScale = 0.60653065971263342f; /* exp(-0.5) */
+        const float z = expf(-fabsf(w));
+        const float inv = 1.0f / (1.0f + z);
+        const float sig = w >= 0.0f ? inv : z * inv;
+        const float d = expf(-kScale * sig);
+        *ddw = -kScale * (z * inv * inv) * d;
+        return d;
+    }
+    }
+}
+
+/* Sequence of local index `local` of a launch: global index, batch, token range. */
+struct Seq {
+    int64_t s, batch, t0, t1;
+};
+
+__device__ __forceinline__ Seq seq_of(const SeqInfo& q, int64_t local, int64_t T) {
+    Seq p;
+    p.s = q.first + local;
+    if (q.packed) {
+        p.batch = 0;
+        p.t0 = q.off[local];
+        p.t1 = q.off[local + 1];
+    } else {
+        p.batch = p.s;
+        p.t0 = 0;
+        p.t1 = T;
+    }
+    return p;
+}
+
+} // namespace elem
+} // namespace wkv_cuda
+
+#endif
