@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "test_isa.h"
 #include "test_util.h"
 
 using namespace wkvtest;
@@ -749,6 +750,38 @@ TEST_CASE("rwkv7 random: cpu_threads = 1 and 2 give bit-identical results") {
                 CAPTURE(k);
                 CHECK(one.raw[k] == two.raw[k]);
             }
+        }
+    }
+}
+
+TEST_CASE("rwkv7 random: every CPU path this machine runs against the reference") {
+    // The CPU backend's instruction-set paths (WKV_CPU_ISA) differ in the order of their float32
+    // operations and in their code for N = 32/64/128 versus other N (padding), for in-place,
+    // one-token and state-less calls, strided rows and 16-bit conversions: a few cases of each,
+    // on every path (ctest's wkv_tests_isa_<path> entries run this whole file on each path).
+    WKV_SEED_INFO();
+    const int64_t kIsaN[] = {64, 32, 128, 7, 16, 24};
+    for (const std::string& isa : runnable_cpu_isas()) {
+        ScopedIsa scope(isa.c_str());
+        INFO("WKV_CPU_ISA=" << isa);
+        for (int i = 0; i < 12; i++) {
+            Config c;
+            c.T = i % 3 == 0 ? 1 : i % 3 == 1 ? 17 : 40;
+            c.N = kIsaN[i % 6];
+            c.B = i % 2 ? 2 : 1;
+            c.H = i % 4 < 2 ? 2 : 3;
+            c.form = kForms[i % 4];
+            c.dtype = kDtypes[i % 3];
+            c.state_in = i % 5 != 1;
+            c.state_out = i % 5 != 2;
+            c.dstate_out = c.state_out;
+            c.dstate_in = c.state_in;
+            c.in_place = c.state_in && c.state_out && i % 4 == 3;
+            c.key_major = i == 5;
+            c.padded_state = i == 7;
+            c.layout = i == 8 ? Layout::HeadMajor : i == 10 ? Layout::PaddedT : Layout::Contiguous;
+            c.threads = 1 + i % 2;
+            check_case(c, seed + 7000 + static_cast<uint64_t>(i));
         }
     }
 }

@@ -18,15 +18,39 @@
 #endif
 
 #include "cpu_internal.h"
+#include "isa.h"
 #include "op_common.h"
 #include "rwkv4.h"
 #include "rwkv6.h"
 #include "rwkv7.h"
+#include "simd_ops.h"
+
+namespace wkv_cpu {
+
+void make_op_set(Isa isa, OpSet* out) noexcept {
+    out->rwkv7 = kRwkv7Op;
+    out->rwkv6 = kRwkv6Op;
+    out->rwkv4 = kRwkv4Op;
+#if WKV_CPU_X86_SIMD
+    if (isa == Isa::kAvx2) install_avx2(out);
+    if (isa == Isa::kAvx512) install_avx512(out);
+#else
+    (void)isa;
+#endif
+}
+
+} // namespace wkv_cpu
 
 namespace {
 
 using wkv_cpu::BackendState;
 using wkv_cpu::set_message;
+
+/* A context's state: the core's arguments, its instruction-set path and that path's ops. */
+struct CpuState : BackendState {
+    wkv_cpu::Isa isa = wkv_cpu::Isa::kScalar;
+    wkv_cpu::OpSet ops;
+};
 
 const char* op_name(wkv_op op) noexcept {
     switch (op) {
@@ -44,7 +68,7 @@ wkv_status unsupported_op(const wkv_problem* p, wkv_message* msg) noexcept {
 
 void cpu_probe(wkv_backend_info* out) {
     out->available = 1;
-    out->reason = "built in";
+    out->reason = wkv_cpu::isa_description(); /* "built in; SIMD path ..." */
     out->device_count = 1;
     out->ops = (1u << WKV_OP_RWKV7) | (1u << WKV_OP_RWKV6) | (1u << WKV_OP_RWKV4);
     out->dtypes = 7u; /* f32, f16, bf16 */
@@ -114,7 +138,10 @@ wkv_status cpu_device_info(int32_t index, wkv_device_info* out, wkv_message* msg
 
 wkv_status cpu_create(const wkv_backend_create_args* args, void** out_state, wkv_message* msg) {
     *out_state = nullptr;
-    BackendState* st = new (std::nothrow) BackendState;
+    wkv_cpu::Isa isa;
+    const wkv_status isa_ok = wkv_cpu::isa_from_env(&isa, msg);
+    if (isa_ok != WKV_OK) return isa_ok;
+    CpuState* st = new (std::nothrow) CpuState;
     if (!st) {
         set_message(msg, "cannot allocate the backend state");
         return WKV_ERROR_OUT_OF_MEMORY;
@@ -131,11 +158,13 @@ wkv_status cpu_create(const wkv_backend_create_args* args, void** out_state, wkv
         set_message(msg, "parallel_for is NULL");
         return WKV_ERROR_INTERNAL;
     }
+    st->isa = isa;
+    wkv_cpu::make_op_set(isa, &st->ops);
     *out_state = st;
     return WKV_OK;
 }
 
-void cpu_destroy(void* state) { delete static_cast<BackendState*>(state); }
+void cpu_destroy(void* state) { delete static_cast<CpuState*>(state); }
 
 template <class F>
 wkv_status guarded(wkv_message* msg, F&& f) noexcept {
@@ -150,12 +179,14 @@ wkv_status guarded(wkv_message* msg, F&& f) noexcept {
     }
 }
 
-/* The CPU backend's description of op, or NULL when it does not implement it. */
-const wkv_cpu::OpDesc* find_op(wkv_op op) noexcept {
+/* The context's description of op (on its instruction-set path), or NULL when the CPU backend
+ * does not implement it. */
+const wkv_cpu::OpDesc* find_op(void* state, wkv_op op) noexcept {
+    const CpuState* st = static_cast<const CpuState*>(state);
     switch (op) {
-    case WKV_OP_RWKV7: return &wkv_cpu::kRwkv7Op;
-    case WKV_OP_RWKV6: return &wkv_cpu::kRwkv6Op;
-    case WKV_OP_RWKV4: return &wkv_cpu::kRwkv4Op;
+    case WKV_OP_RWKV7: return &st->ops.rwkv7;
+    case WKV_OP_RWKV6: return &st->ops.rwkv6;
+    case WKV_OP_RWKV4: return &st->ops.rwkv4;
     default: return nullptr;
     }
 }
@@ -163,7 +194,7 @@ const wkv_cpu::OpDesc* find_op(wkv_op op) noexcept {
 wkv_status cpu_workspace_size(void* state, const wkv_problem* p, size_t* out_bytes,
                               wkv_message* msg) {
     return guarded(msg, [&]() -> wkv_status {
-        const wkv_cpu::OpDesc* op = find_op(p->op);
+        const wkv_cpu::OpDesc* op = find_op(state, p->op);
         if (!op) return unsupported_op(p, msg);
         return wkv_cpu::backward_workspace_size(static_cast<const BackendState*>(state), p, *op,
                                                 out_bytes, msg);
@@ -172,7 +203,7 @@ wkv_status cpu_workspace_size(void* state, const wkv_problem* p, size_t* out_byt
 
 wkv_status cpu_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     return guarded(msg, [&]() -> wkv_status {
-        const wkv_cpu::OpDesc* op = find_op(p->op);
+        const wkv_cpu::OpDesc* op = find_op(state, p->op);
         if (!op) return unsupported_op(p, msg);
         return wkv_cpu::run_forward(static_cast<const BackendState*>(state), p, *op, msg);
     });
@@ -180,7 +211,7 @@ wkv_status cpu_forward(void* state, const wkv_problem* p, wkv_message* msg) {
 
 wkv_status cpu_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     return guarded(msg, [&]() -> wkv_status {
-        const wkv_cpu::OpDesc* op = find_op(p->op);
+        const wkv_cpu::OpDesc* op = find_op(state, p->op);
         if (!op) return unsupported_op(p, msg);
         return wkv_cpu::run_backward(static_cast<const BackendState*>(state), p, *op, msg);
     });

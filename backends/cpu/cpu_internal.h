@@ -8,14 +8,36 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include "backend.h"
 
 namespace wkv_cpu {
 
-/* What create() keeps: a copy of the core's arguments. */
+/* What create() keeps: a copy of the core's arguments, and the forward's scratch, kept from one
+ * call to the next (calls on one context never overlap: the core makes sure of that). */
 struct BackendState {
     wkv_backend_create_args args;
+
+    BackendState() noexcept = default;
+    BackendState(const BackendState&) = delete;
+    BackendState& operator=(const BackendState&) = delete;
+    ~BackendState() { std::free(scratch_mem); }
+
+    /* At least `bytes` bytes of scratch (the largest asked for so far), or NULL when they
+     * cannot be allocated. Its contents are undefined. */
+    void* scratch(size_t bytes) const noexcept {
+        if (bytes > scratch_cap) {
+            std::free(scratch_mem);
+            scratch_mem = std::malloc(bytes);
+            scratch_cap = scratch_mem ? bytes : 0;
+        }
+        return scratch_mem;
+    }
+
+private:
+    mutable void* scratch_mem = nullptr;
+    mutable size_t scratch_cap = 0;
 };
 
 /* printf into msg (if any), always NUL-terminated, prefixed with "cpu backend: ". */

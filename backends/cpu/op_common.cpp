@@ -13,8 +13,11 @@ inline char* align_ptr(void* ptr) noexcept {
 }
 
 /* num_seqs * items_per_seq; overflow (also past INT64_MAX) is flagged in c. */
-uint64_t item_count(const wkv_problem* p, const OpDesc& op, CheckedSize& c) noexcept {
-    const uint64_t items = c.mul((uint64_t)p->num_seqs, op.items_per_seq(p));
+uint64_t item_count(const wkv_problem* p, const OpDesc& op, CheckedSize& c,
+                    int64_t group = 1) noexcept {
+    const uint64_t units = op.items_per_seq(p);
+    const uint64_t per_seq = group > 1 ? (units + (uint64_t)group - 1) / (uint64_t)group : units;
+    const uint64_t items = c.mul((uint64_t)p->num_seqs, per_seq);
     if (items > (uint64_t)INT64_MAX) c.overflow = true;
     return items;
 }
@@ -26,6 +29,7 @@ struct ForwardJob {
     const OpDesc* op;
     char* scratch; /* chunk c at scratch + c * chunk_bytes */
     size_t chunk_bytes;
+    int64_t group; /* units per item (OpDesc::forward_group) */
     int64_t items, chunks;
 };
 
@@ -35,7 +39,7 @@ void forward_task(void* data, int64_t begin, int64_t end) noexcept {
         float* scratch = reinterpret_cast<float*>(job->scratch + (size_t)c * job->chunk_bytes);
         int64_t i0, i1;
         chunk_items(job->items, job->chunks, c, &i0, &i1);
-        for (int64_t item = i0; item < i1; ++item) job->op->forward_item(job->p, item, scratch);
+        for (int64_t item = i0; item < i1; ++item) job->op->forward_item(job->p, job->group, item, scratch);
     }
 }
 
@@ -128,10 +132,13 @@ wkv_status run_forward(const BackendState* st, const wkv_problem* p, const OpDes
     const wkv_status ok = op.check(p, msg);
     if (ok != WKV_OK) return ok;
     CheckedSize c;
-    const uint64_t items_u = item_count(p, op, c);
+    int64_t group = op.forward_group ? op.forward_group(p, st->args.num_threads) : 1;
+    if (group < 1) group = 1;
+    const uint64_t items_u = item_count(p, op, c, group);
     const int64_t items = c.overflow ? 0 : (int64_t)items_u;
     const int64_t chunks = chunk_count(st, items);
-    const uint64_t chunk_bytes = c.align_up(c.mul(4, op.forward_chunk_floats(p, c)), kAlign);
+    const uint64_t chunk_bytes =
+        c.align_up(c.mul(4, op.forward_chunk_floats(p, group, c)), kAlign);
     const size_t total = c.to_size(c.add(kAlign, c.mul((uint64_t)chunks, chunk_bytes)));
     if (c.overflow) {
         if (op.by_channel)
@@ -144,7 +151,7 @@ wkv_status run_forward(const BackendState* st, const wkv_problem* p, const OpDes
     }
     if (items == 0) return WKV_OK;
 
-    void* mem = std::malloc(total);
+    void* mem = st->scratch(total); /* the context's, reused from call to call */
     if (!mem) {
         set_message(msg, "cannot allocate %zu bytes of %s forward scratch", total, op.name);
         return WKV_ERROR_OUT_OF_MEMORY;
@@ -154,10 +161,10 @@ wkv_status run_forward(const BackendState* st, const wkv_problem* p, const OpDes
     job.op = &op;
     job.scratch = align_ptr(mem);
     job.chunk_bytes = (size_t)chunk_bytes;
+    job.group = group;
     job.items = items;
     job.chunks = chunks;
     st->args.parallel_for(st->args.parallel_for_user_data, chunks, forward_task, &job);
-    std::free(mem);
     return WKV_OK;
 }
 

@@ -7,7 +7,9 @@
  *
  * FORWARD SCRATCH (bytes): 64 (to align the base) + chunks * A64(4 * forward_chunk_floats),
  * allocated (malloc) before anything is written, so an allocation failure leaves every output
- * untouched. Chunk c's scratch starts at base + c * A64(...).
+ * untouched, and kept by the context for its next call (BackendState::scratch: it grows to the
+ * largest forward the context has run and is freed with it). Chunk c's scratch starts at
+ * base + c * A64(...).
  *
  * BACKWARD WORKSPACE (bytes), from its 64-byte aligned base:
  *   64                                                  (to align the base to 64 bytes)
@@ -90,16 +92,22 @@ struct OpDesc {
     wkv_status (*check)(const wkv_problem* p, wkv_message* msg);
     /* Work items per sequence; items are numbered s * items_per_seq + i. */
     uint64_t (*items_per_seq)(const wkv_problem* p);
-    /* Floats of forward scratch per chunk. */
-    uint64_t (*forward_chunk_floats)(const wkv_problem* p, CheckedSize& c);
-    /* Computes one item; scratch is the chunk's (64-byte aligned). */
-    void (*forward_item)(const wkv_problem* p, int64_t item, float* scratch);
+    /* Floats of forward scratch per chunk, for forward items of `group` units (below). */
+    uint64_t (*forward_chunk_floats)(const wkv_problem* p, int64_t group, CheckedSize& c);
+    /* Computes forward item `item`: units [g * group, min((g + 1) * group, items_per_seq))
+     * of sequence s, where item = s * ceil(items_per_seq / group) + g; scratch is the chunk's
+     * (64-byte aligned). */
+    void (*forward_item)(const wkv_problem* p, int64_t group, int64_t item, float* scratch);
     /* The op's backward regions. */
     BackwardSizes (*backward_sizes)(const wkv_problem* p, const BackwardShape& shape,
                                     CheckedSize& c);
     void (*backward_item)(const BackwardJob* job, int64_t item, float* scratch);
     /* Runs once after every item (e.g. sums the partials in a fixed order); may be NULL. */
     void (*backward_reduce)(const BackwardJob* job);
+    /* How many units (of items_per_seq; heads, say) one forward item walks together, for
+     * `threads` workers: >= 1. NULL = 1 (the forward's items are the backward's). An op whose
+     * units are independent gives the same results for every group. */
+    int64_t (*forward_group)(const wkv_problem* p, int64_t threads);
 };
 
 wkv_status run_forward(const BackendState* st, const wkv_problem* p, const OpDesc& op,
@@ -124,7 +132,7 @@ inline float lanes_sum(const float* acc) noexcept {
 /* Their check: any decay form decay_row() knows. */
 wkv_status check_decay_form(const wkv_problem* p, wkv_message* msg);
 
-/* One work item per (sequence, head): item = s * H + h. */
+/* One unit per (sequence, head): item = s * H + h (with forward groups of 1). */
 uint64_t items_per_head(const wkv_problem* p);
 
 /* The per-token rows both read: r w k v, and the decay made from w. */

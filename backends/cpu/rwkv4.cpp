@@ -279,11 +279,13 @@ inline void load_kv(const wkv_problem* p, int64_t batch, int64_t t, int64_t c0, 
 uint64_t items_per_seq(const wkv_problem* p) { return (uint64_t)blocks(p->N); }
 
 /* Forward scratch per chunk: kForwardRows rows of min(CB, C). */
-uint64_t forward_chunk_floats(const wkv_problem* p, CheckedSize& c) {
+uint64_t forward_chunk_floats(const wkv_problem* p, int64_t /* group: 1 */,
+                              CheckedSize& c) {
     return c.mul((uint64_t)kForwardRows, (uint64_t)min64(CB, p->N));
 }
 
-void forward_item(const wkv_problem* p, int64_t item, float* scratch) noexcept {
+void forward_item(const wkv_problem* p, int64_t /* group: 1 */, int64_t item,
+                  float* scratch) noexcept {
     const int64_t C = p->N, nb = blocks(C), Wm = min64(CB, C);
     const int64_t s = item / nb, c0 = (item % nb) * CB, W = min64(CB, C - c0);
     int64_t batch, t0, t1;
@@ -442,6 +444,7 @@ wkv_status check(const wkv_problem* p, wkv_message* msg) {
 const OpDesc kRwkv4Op = {
     "RWKV-4", K, /* by_channel */ true, check, items_per_seq, forward_chunk_floats,
     forward_item, backward_sizes, backward_item, backward_reduce,
+    /* forward_group: 1 */ nullptr,
 };
 
 } // namespace wkv_cpu

@@ -176,11 +176,13 @@ void backward_step(float* __restrict dS, const float* __restrict Sp, int64_t N,
 /* --------------------------------------------------------------------------------- forward */
 
 /* Forward scratch per chunk: the state twice (ping-pong) and kForwardRows rows. */
-uint64_t forward_chunk_floats(const wkv_problem* p, CheckedSize& c) {
+uint64_t forward_chunk_floats(const wkv_problem* p, int64_t /* group: 1 */,
+                              CheckedSize& c) {
     return matrices_and_rows(p, 2, kForwardRows, c);
 }
 
-void forward_item(const wkv_problem* p, int64_t item, float* scratch) noexcept {
+void forward_item(const wkv_problem* p, int64_t /* group: 1 */, int64_t item,
+                  float* scratch) noexcept {
     const int64_t H = p->H, N = p->N;
     const int64_t s = item / H, h = item % H;
     int64_t batch, t0, t1;
@@ -326,6 +328,7 @@ void backward_reduce(const BackwardJob* job) {
 const OpDesc kRwkv6Op = {
     "RWKV-6", K, /* by_channel */ false, check_decay_form, items_per_head, forward_chunk_floats,
     forward_item, backward_sizes, backward_item, backward_reduce,
+    /* forward_group: 1 */ nullptr,
 };
 
 } // namespace wkv_cpu

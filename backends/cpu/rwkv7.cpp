@@ -42,7 +42,9 @@
  *   E.g. B=1 T=4096 H=32 N=64: 64 MiB of checkpoints + chunks x 532 KiB (1 thread: 66.1 MiB).
  *
  * The forward allocates chunks * A64(4 * (2 * N2 + 8 * N)) bytes of its own scratch (malloc)
- * before it writes anything, so an allocation failure leaves every output untouched. */
+ * before it writes anything, so an allocation failure leaves every output untouched (the context
+ * keeps it for its next call: op_common.h). This is the portable scalar path; the vector paths
+ * (isa.h) run rwkv7_simd.inl's forward, with this file's backward. */
 #include "rwkv7.h"
 
 #include <cstdint>
@@ -199,11 +201,13 @@ inline void load_inputs(const wkv_problem* p, int64_t batch, int64_t t, int64_t 
 /* --------------------------------------------------------------------------------- forward */
 
 /* Forward scratch per chunk: the state twice (ping-pong) and kForwardRows rows. */
-uint64_t forward_chunk_floats(const wkv_problem* p, CheckedSize& c) {
+uint64_t forward_chunk_floats(const wkv_problem* p, int64_t /* group: 1 */,
+                              CheckedSize& c) {
     return matrices_and_rows(p, 2, kForwardRows, c);
 }
 
-void forward_item(const wkv_problem* p, int64_t item, float* scratch) noexcept {
+void forward_item(const wkv_problem* p, int64_t /* group: 1 */, int64_t item,
+                  float* scratch) noexcept {
     const int64_t H = p->H, N = p->N;
     const int64_t s = item / H, h = item % H;
     int64_t batch, t0, t1;
@@ -328,6 +332,7 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
 const OpDesc kRwkv7Op = {
     "RWKV-7", K, /* by_channel */ false, check_decay_form, items_per_head, forward_chunk_floats,
     forward_item, backward_sizes, backward_item, /* backward_reduce: none */ nullptr,
+    /* forward_group: 1 */ nullptr,
 };
 
 } // namespace wkv_cpu

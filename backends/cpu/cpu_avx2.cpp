@@ -1,0 +1,46 @@
+/* The AVX2 + FMA + F16C path (isa.h): the vector kernels of *_simd.inl compiled for it. Only
+ * the code after the target pragma uses AVX2; everything included before it (the standard
+ * library, the shared headers' inline functions) keeps the build's baseline ISA, so no inline
+ * function compiled here for AVX2 can be picked by the linker for another path. */
+#include "simd_ops.h"
+
+#if WKV_CPU_X86_SIMD
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu_internal.h"
+#include "half.h"
+#include "op_common.h"
+#include "tensor_access.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+namespace wkv_cpu {
+namespace isa_avx2 {
+namespace {
+#include "simd_avx2.inl"
+#include "simd_common.inl"
+#include "rwkv7_simd.inl"
+} // namespace
+} // namespace isa_avx2
+
+void install_avx2(OpSet* ops) noexcept { isa_avx2::install_rwkv7(&ops->rwkv7); }
+
+} // namespace wkv_cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif

@@ -1,0 +1,51 @@
+/* The AVX-512 path (F, BW, DQ, VL; isa.h): the vector kernels of *_simd.inl compiled for it.
+ * Only the code after the target pragma uses AVX-512; everything included before it (the standard
+ * library, the shared headers' inline functions) keeps the build's baseline ISA, so no inline
+ * function compiled here for AVX-512 can be picked by the linker for another path. */
+#include "simd_ops.h"
+
+#if WKV_CPU_X86_SIMD
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu_internal.h"
+#include "half.h"
+#include "op_common.h"
+#include "tensor_access.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"))), apply_to = function)
+#else
+#pragma GCC push_options
+/* GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_*()
+ * (GCC bug 105593) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")
+#endif
+
+namespace wkv_cpu {
+namespace isa_avx512 {
+namespace {
+#include "simd_avx512.inl"
+#include "simd_common.inl"
+#include "rwkv7_simd.inl"
+} // namespace
+} // namespace isa_avx512
+
+void install_avx512(OpSet* ops) noexcept { isa_avx512::install_rwkv7(&ops->rwkv7); }
+
+} // namespace wkv_cpu
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+
+#endif

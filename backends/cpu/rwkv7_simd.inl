@@ -1,0 +1,248 @@
+/* RWKV-7 vector kernels, written against the traits V (see simd_avx2.inl); included by
+ * cpu_<isa>.cpp after simd_common.inl. The math and the workspace are rwkv7.cpp's; what differs
+ * is the order of the float32 operations (sums over j run in W lanes, reduced by V::hsum4).
+ *
+ * FORWARD. Per (sequence, head) item the N x N state lives in scratch, padded to Np x Np
+ * (Np = N rounded up to W) — or, for a one-token call whose states are float32 rows of N == Np
+ * contiguous floats, in the caller's state_in / state_out themselves (decode: no copy at all).
+ * Per token, one sweep over the state, kRows value rows at a time:
+ *     sa[i] = S[i] . a                          (the rows as they were: S_{t-1})
+ *     S[i]  = S[i] * decay + sa[i] b + v[i] k   (written back in place: row i needs only
+ *     y[i]  = S[i] . r                           its own old values and sa[i])
+ * the decay computed per token by vexp (decay_rows). N = 32, 64, 128 (padded) have
+ * compile-time row lengths; other N run the same code with a run-time length.
+ *
+ * Forward scratch per chunk: Np^2 + 8 Np floats (state; r w k v a b decay y rows). */
+
+#ifndef WKV_RWKV7_ROWS
+#define WKV_RWKV7_ROWS 4
+#endif
+constexpr int kRows = WKV_RWKV7_ROWS; /* value rows per pass (a multiple of 4) */
+
+/* One token over the rows [0, Np) of the state: src rows (row stride srs) -> dst rows (drs);
+ * dst may be src (in place). NV: vectors per row (0 = the run-time nv). kY: also y = S_new . r.
+ * sa_out (may be NULL): sa per row. */
+template <int NV, bool kY>
+inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, int nv_rt,
+                      int64_t Np, const float* __restrict decay, const float* __restrict k,
+                      const float* __restrict v, const float* __restrict a,
+                      const float* __restrict b, const float* __restrict r, float* y,
+                      float* sa_out) noexcept {
+    const int nv = NV ? NV : nv_rt;
+    for (int64_t ib = 0; ib < Np; ib += kRows) {
+        const float* sp[kRows];
+        float* dp[kRows];
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) {
+            sp[u] = src + (ib + u) * srs;
+            dp[u] = dst + (ib + u) * drs;
+        }
+
+        /* sa for the rows */
+        T c[kRows];
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) c[u] = V::zero();
+#pragma GCC unroll 16
+        for (int q = 0; q < nv; ++q) {
+            const T av = V::load(a + q * W);
+#pragma GCC unroll 16
+            for (int u = 0; u < kRows; ++u) c[u] = V::fma(V::load(sp[u] + q * W), av, c[u]);
+        }
+        T sab[kRows], vb[kRows];
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; u += 4) {
+            const __m128 sa4 = V::hsum4(c[u], c[u + 1], c[u + 2], c[u + 3]);
+            if (sa_out) _mm_storeu_ps(sa_out + ib + u, sa4);
+            const __m128 v4 = _mm_loadu_ps(v + ib + u);
+            sab[u] = V::bcast<0>(sa4);
+            sab[u + 1] = V::bcast<1>(sa4);
+            sab[u + 2] = V::bcast<2>(sa4);
+            sab[u + 3] = V::bcast<3>(sa4);
+            vb[u] = V::bcast<0>(v4);
+            vb[u + 1] = V::bcast<1>(v4);
+            vb[u + 2] = V::bcast<2>(v4);
+            vb[u + 3] = V::bcast<3>(v4);
+        }
+
+        /* update (+ readout) */
+        T yc[kRows];
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) yc[u] = V::zero();
+#pragma GCC unroll 16
+        for (int q = 0; q < nv; ++q) {
+            const int64_t o = (int64_t)q * W;
+            const T dv = V::load(decay + o), bv = V::load(b + o), kv = V::load(k + o);
+            const T rv = kY ? V::load(r + o) : V::zero();
+#pragma GCC unroll 16
+            for (int u = 0; u < kRows; ++u) {
+                const T x = V::fma(V::load(sp[u] + o), dv, V::fma(sab[u], bv, V::mul(vb[u], kv)));
+                V::store(dp[u] + o, x);
+                if (kY) yc[u] = V::fma(x, rv, yc[u]);
+            }
+        }
+        if (kY) {
+#pragma GCC unroll 16
+            for (int u = 0; u < kRows; u += 4)
+                _mm_storeu_ps(y + ib + u, V::hsum4(yc[u], yc[u + 1], yc[u + 2], yc[u + 3]));
+        }
+    }
+}
+
+/* Per-token rows in scratch: r w k v a b decay y, Np floats each. */
+struct Rows7 {
+    float *r, *w, *k, *v, *a, *b, *decay, *y;
+};
+inline Rows7 carve_rows7(float* rows, int64_t Np) noexcept {
+    Rows7 x;
+    x.r = rows;
+    x.w = rows + Np;
+    x.k = rows + 2 * Np;
+    x.v = rows + 3 * Np;
+    x.a = rows + 4 * Np;
+    x.b = rows + 5 * Np;
+    x.decay = rows + 6 * Np;
+    x.y = rows + 7 * Np;
+    return x;
+}
+
+/* The token's inputs as float32 rows of Np (pointers into the tensors where possible). */
+struct Inputs7 {
+    const float *r, *k, *v, *a, *b, *decay;
+};
+inline Inputs7 load_inputs7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
+                            int64_t Np, bool with_r, const Rows7& x, float* ddw) noexcept {
+    const int64_t N = p->N;
+    Inputs7 in;
+    in.r = with_r ? token_in(p->r, batch, t, h, N, Np, x.r) : nullptr;
+    in.k = token_in(p->k, batch, t, h, N, Np, x.k);
+    in.v = token_in(p->v, batch, t, h, N, Np, x.v);
+    in.a = token_in(p->a, batch, t, h, N, Np, x.a);
+    in.b = token_in(p->b, batch, t, h, N, Np, x.b);
+    decay_rows(p->decay_form, token_in(p->w, batch, t, h, N, Np, x.w), x.decay, ddw, Np);
+    in.decay = x.decay;
+    return in;
+}
+
+/* prefetch_token() for every input of token t (and y) */
+inline void prefetch_token7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
+                            bool with_y) noexcept {
+    const int64_t N = p->N;
+    prefetch_token(p->r, batch, t, h, N);
+    prefetch_token(p->w, batch, t, h, N);
+    prefetch_token(p->k, batch, t, h, N);
+    prefetch_token(p->v, batch, t, h, N);
+    prefetch_token(p->a, batch, t, h, N);
+    prefetch_token(p->b, batch, t, h, N);
+    if (with_y) prefetch_token(p->y, batch, t, h, N);
+}
+
+/* Heads per forward item, walked token-major (each token for every head of the group, then
+ * the next token): the group's rows of one token are adjacent in a [B, T, H, N] tensor, where
+ * one head's rows of successive tokens are H * N elements apart, each on a page of its own (see
+ * kPrefetchAhead) — measured 2-2.5x faster at T = 4096, H = 32 (backends/cpu/NOTES.md). The
+ * group's states (kGroupStateBytes at most) stay in L2. As many heads as that allows, but
+ * enough items for every thread: min(kGroupStateBytes / state, ceil(H / ceil(threads /
+ * num_seqs))). Every head is computed the same way whatever its group. */
+constexpr int64_t kMaxGroup = 64;
+constexpr int64_t kGroupStateBytes = 256 * 1024;
+
+int64_t forward_group7(const wkv_problem* p, int64_t threads) {
+    const int64_t Np = padded(p->N), H = p->H;
+    int64_t g = kGroupStateBytes / (4 * Np * Np);
+    const int64_t per_seq = (threads + p->num_seqs - 1) / (p->num_seqs > 0 ? p->num_seqs : 1);
+    const int64_t want = per_seq > 1 ? (H + per_seq - 1) / per_seq : H;
+    if (g > want) g = want;
+    if (g > kMaxGroup) g = kMaxGroup;
+#ifdef WKV_RWKV7_GROUP /* a fixed group, for experiments (NOTES.md) */
+    g = WKV_RWKV7_GROUP;
+#endif
+    return g < 1 ? 1 : g;
+}
+
+uint64_t forward_chunk_floats7(const wkv_problem* p, int64_t group, CheckedSize& c) {
+    const uint64_t Np = (uint64_t)padded(p->N);
+    return c.add(c.mul((uint64_t)group, c.mul(Np, Np)), c.mul(8, Np));
+}
+
+template <int NV>
+void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scratch) noexcept {
+    const int64_t H = p->H, N = p->N, Np = padded(N);
+    const int nv = (int)(Np / W);
+    const int64_t groups = (H + G - 1) / G;
+    const int64_t s = item / groups, h0 = item % groups * G;
+    const int64_t h1 = h0 + G < H ? h0 + G : H;
+    const int64_t nh = h1 - h0;
+    int64_t batch, t0, t1;
+    wkv_problem_sequence(p, s, &batch, &t0, &t1);
+
+    const Rows7 x = carve_rows7(scratch + G * Np * Np, Np);
+    float* S[kMaxGroup];        /* head g's state in scratch (Np x Np) */
+    const float* src[kMaxGroup]; /* where head g's next token reads its state */
+    int64_t srs[kMaxGroup];
+    float* out[kMaxGroup];       /* state_out rows addressed in place, or NULL */
+    int64_t out_rs[kMaxGroup];
+    for (int64_t g = 0; g < nh; ++g) {
+        S[g] = scratch + g * Np * Np;
+        const int64_t h = h0 + g;
+        if (t1 == t0) { /* the state passes through */
+            if (view_present(p->state_out)) {
+                state_in_padded(p->state_in, s, h, N, Np, S[g]);
+                state_out_padded(p->state_out, s, h, N, Np, S[g]);
+            }
+            continue;
+        }
+        srs[g] = Np;
+        src[g] = state_rows(p->state_in, s, h, N, Np, &srs[g]);
+        if (!src[g]) {
+            state_in_padded(p->state_in, s, h, N, Np, S[g]); /* all of it before any write */
+            src[g] = S[g];
+            srs[g] = Np;
+        }
+        out_rs[g] = 0;
+        out[g] = state_rows(p->state_out, s, h, N, Np, &out_rs[g]);
+    }
+    if (t1 == t0) return;
+
+    const bool want_y = view_present(p->y);
+    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t)
+        for (int64_t h = h0; h < h1; ++h) prefetch_token7(p, batch, t, h, want_y);
+    for (int64_t t = t0; t < t1; ++t) {
+        const bool last = t + 1 == t1;
+        if (t + kPrefetchAhead < t1)
+            for (int64_t h = h0; h < h1; ++h) prefetch_token7(p, batch, t + kPrefetchAhead, h, want_y);
+        for (int64_t g = 0; g < nh; ++g) {
+            const int64_t h = h0 + g;
+            float* dst = last && out[g] ? out[g] : S[g];
+            const int64_t drs = last && out[g] ? out_rs[g] : Np;
+            const Inputs7 in = load_inputs7(p, batch, t, h, Np, want_y, x, nullptr);
+            if (want_y) {
+                step_rows<NV, true>(src[g], srs[g], dst, drs, nv, Np, in.decay, in.k, in.v, in.a,
+                                    in.b, in.r, x.y, nullptr);
+                token_out(p->y, batch, t, h, N, x.y);
+            } else {
+                step_rows<NV, false>(src[g], srs[g], dst, drs, nv, Np, in.decay, in.k, in.v,
+                                     in.a, in.b, nullptr, nullptr, nullptr);
+            }
+            src[g] = dst;
+            srs[g] = drs;
+        }
+    }
+    for (int64_t g = 0; g < nh; ++g)
+        if (!out[g]) state_out_padded(p->state_out, s, h0 + g, N, Np, S[g]);
+}
+
+void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scratch) noexcept {
+    switch (p->N) {
+    case 32: forward_item7_nv<32 / W>(p, group, item, scratch); return;
+    case 64: forward_item7_nv<64 / W>(p, group, item, scratch); return;
+    case 128: forward_item7_nv<128 / W>(p, group, item, scratch); return;
+    default: forward_item7_nv<0>(p, group, item, scratch); return;
+    }
+}
+
+/* Puts this ISA's RWKV-7 functions into op (a copy of the scalar kRwkv7Op). */
+inline void install_rwkv7(OpDesc* op) noexcept {
+    op->forward_group = forward_group7;
+    op->forward_chunk_floats = forward_chunk_floats7;
+    op->forward_item = forward_item7;
+}

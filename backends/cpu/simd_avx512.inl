@@ -1,0 +1,75 @@
+/* Vector traits for the AVX-512 path (F, BW, DQ, VL): 16 floats per vector. The interface of
+ * simd_avx2.inl; included by cpu_avx512.cpp inside its `#pragma GCC target` region. */
+struct V {
+    using T = __m512;
+    using M = __mmask16;
+    static constexpr int W = 16;
+
+    static inline T load(const float* p) { return _mm512_loadu_ps(p); }
+    static inline void store(float* p, T x) { _mm512_storeu_ps(p, x); }
+    static inline T zero() { return _mm512_setzero_ps(); }
+    static inline T set1(float x) { return _mm512_set1_ps(x); }
+    static inline T add(T a, T b) { return _mm512_add_ps(a, b); }
+    static inline T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+    static inline T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+    static inline T div(T a, T b) { return _mm512_div_ps(a, b); }
+    static inline T min(T a, T b) { return _mm512_min_ps(a, b); }
+    static inline T max(T a, T b) { return _mm512_max_ps(a, b); }
+    static inline T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+    static inline T fnma(T a, T b, T c) { return _mm512_fnmadd_ps(a, b, c); }
+    static inline T abs(T a) { return _mm512_abs_ps(a); }
+    static inline T neg(T a) {
+        return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)));
+    }
+    static inline T round(T a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    static inline M ge(T a, T b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+    static inline M eq(T a, T b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+    static inline T blend(M m, T a, T b) { return _mm512_mask_blend_ps(m, b, a); }
+
+    static inline T scale2(T x, T n) {
+        const __m512i ni = _mm512_cvtps_epi32(n);
+        const __m512i n1 = _mm512_srai_epi32(ni, 1);
+        const __m512i n2 = _mm512_sub_epi32(ni, n1);
+        const __m512i bias = _mm512_set1_epi32(127);
+        const T p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+        const T p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+        return _mm512_mul_ps(_mm512_mul_ps(x, p1), p2);
+    }
+
+    static inline __m256 half_sum(T a) {
+        return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    }
+    static inline __m128 hsum4(T a0, T a1, T a2, T a3) {
+        const __m256 t0 = _mm256_hadd_ps(half_sum(a0), half_sum(a1));
+        const __m256 t1 = _mm256_hadd_ps(half_sum(a2), half_sum(a3));
+        const __m256 t2 = _mm256_hadd_ps(t0, t1);
+        return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
+    }
+    template <int L>
+    static inline T bcast(__m128 x) {
+        return _mm512_broadcastss_ps(_mm_shuffle_ps(x, x, _MM_SHUFFLE(L, L, L, L)));
+    }
+
+    static inline T load_f16(const void* p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+    }
+    static inline T load_bf16(const void* p) {
+        const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+    }
+    static inline void store_f16(void* p, T x) {
+        _mm256_storeu_si256(static_cast<__m256i*>(p),
+                            _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    static inline void store_bf16(void* p, T x) {
+        const __m512i u = _mm512_castps_si512(x);
+        const __m512i hi = _mm512_srli_epi32(u, 16);
+        const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+        const __m512i rounded = _mm512_srli_epi32(
+            _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+        const __m512i qnan = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
+        const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        const __m512i r = _mm512_mask_blend_epi32(nan, rounded, qnan);
+        _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+    }
+};

@@ -1,0 +1,191 @@
+/* Helpers every vector kernel shares, written against the traits V (simd_avx2.inl,
+ * simd_avx512.inl). Included by cpu_<isa>.cpp after V, inside the ISA's target region and
+ * namespace. */
+
+using T = V::T;
+constexpr int W = V::W;
+
+/* N rounded up to a multiple of W: the vector kernels' row length. Rows and states in scratch
+ * are zero-padded to it (a zero-padded column stays zero through every recurrence here, and
+ * contributes nothing to any sum). */
+inline int64_t padded(int64_t N) noexcept { return (N + W - 1) / W * W; }
+
+/* exp(x) for every float: ~1 ulp (Cephes' polynomial on [-ln2/2, ln2/2] after x = n ln2 + r),
+ * +inf above ~88.72, results below ~-87.3 rounded through the subnormals to 0, NaN -> NaN. */
+inline T vexp(T x) noexcept {
+    /* max(lo, x) and min(hi, .) return x when it is NaN, so NaN flows through to p */
+    const T xc = V::min(V::set1(88.8f), V::max(V::set1(-104.0f), x));
+    const T n = V::round(V::mul(xc, V::set1(1.44269504088896341f)));
+    T r = V::fnma(n, V::set1(0.693359375f), xc);
+    r = V::fnma(n, V::set1(-2.12194440e-4f), r);
+    T p = V::set1(1.9875691500e-4f);
+    p = V::fma(p, r, V::set1(1.3981999507e-3f));
+    p = V::fma(p, r, V::set1(8.3334519073e-3f));
+    p = V::fma(p, r, V::set1(4.1665795894e-2f));
+    p = V::fma(p, r, V::set1(1.6666665459e-1f));
+    p = V::fma(p, r, V::set1(5.0000001201e-1f));
+    p = V::fma(p, V::mul(r, r), V::add(r, V::set1(1.0f)));
+    return V::scale2(p, n);
+}
+
+/* decay_row() (cpu_internal.h) on Np = nv * W lanes: the same formulas, vectorized. */
+inline void decay_rows(wkv_decay_form form, const float* w, float* decay, float* ddw,
+                       int64_t Np) noexcept {
+    const T one = V::set1(1.0f);
+    for (int64_t j = 0; j < Np; j += W) {
+        const T x = V::load(w + j);
+        T d, g = one;
+        switch (form) {
+        case WKV_DECAY_DIRECT: d = x; break;
+        case WKV_DECAY_LOG:
+            d = vexp(x);
+            g = d;
+            break;
+        case WKV_DECAY_EXP_NEG_EXP: {
+            const T e = vexp(x);
+            d = vexp(V::neg(e));
+            /* -e * d, or -0 once e is infinite (d is 0 there) */
+            g = V::blend(V::eq(e, V::set1(INFINITY)), V::set1(-0.0f), V::neg(V::mul(e, d)));
+            break;
+        }
+        case WKV_DECAY_CLAMPW: {
+            const T z = vexp(V::neg(V::abs(x)));
+            const T inv = V::div(one, V::add(one, z));
+            const T sig = V::blend(V::ge(x, V::zero()), inv, V::mul(z, inv));
+            d = vexp(V::mul(V::set1(-kClampwScale), sig));
+            g = V::mul(V::mul(V::set1(-kClampwScale), V::mul(V::mul(z, inv), inv)), d);
+            break;
+        }
+        default:
+            d = V::set1(NAN);
+            g = d;
+            break;
+        }
+        V::store(decay + j, d);
+        if (ddw) V::store(ddw + j, g);
+    }
+}
+
+/* One token row: n elements of v from element offset `off` along stride[3], as float32.
+ * Returns a pointer straight into the tensor when it is float32, contiguous, 4-byte aligned and
+ * n == Np; otherwise converts into buf (Np floats, zero-padded past n) and returns buf. */
+inline const float* row_in(const wkv_view& v, int64_t off, int64_t n, int64_t Np,
+                           float* buf) noexcept {
+    if (v.stride[3] == 1) {
+        const char* src = v.data + off * wkv_elem_size(v.elem);
+        int64_t j = 0;
+        switch (v.elem) {
+        case WKV_ELEM_F32:
+            if (n == Np && (reinterpret_cast<uintptr_t>(src) & 3u) == 0)
+                return reinterpret_cast<const float*>(src);
+            std::memcpy(buf, src, (size_t)n * 4);
+            j = n;
+            break;
+        case WKV_ELEM_F16:
+            for (; j + W <= n; j += W) V::store(buf + j, V::load_f16(src + 2 * j));
+            for (; j < n; ++j) {
+                uint16_t h;
+                std::memcpy(&h, src + 2 * j, 2);
+                buf[j] = wkv_f16_to_f32(h);
+            }
+            break;
+        case WKV_ELEM_BF16:
+            for (; j + W <= n; j += W) V::store(buf + j, V::load_bf16(src + 2 * j));
+            for (; j < n; ++j) {
+                uint16_t h;
+                std::memcpy(&h, src + 2 * j, 2);
+                buf[j] = wkv_bf16_to_f32(h);
+            }
+            break;
+        }
+    } else {
+        load_row(v, off, n, buf);
+    }
+    for (int64_t j = n; j < Np; ++j) buf[j] = 0.0f;
+    return buf;
+}
+
+/* store_row() with vector conversions for contiguous 16-bit rows. */
+inline void row_out(const wkv_view& v, int64_t off, int64_t n, const float* src) noexcept {
+    if (v.stride[3] != 1 || v.elem == WKV_ELEM_F32) {
+        store_row(v, off, n, src);
+        return;
+    }
+    char* dst = v.data + off * 2;
+    int64_t j = 0;
+    if (v.elem == WKV_ELEM_F16) {
+        for (; j + W <= n; j += W) V::store_f16(dst + 2 * j, V::load(src + j));
+    } else {
+        for (; j + W <= n; j += W) V::store_bf16(dst + 2 * j, V::load(src + j));
+    }
+    if (j < n) store_row(v, off + j, n - j, src + j);
+}
+
+/* Token rows of a per-token view [b, t, h, :]. */
+inline const float* token_in(const wkv_view& v, int64_t b, int64_t t, int64_t h, int64_t n,
+                             int64_t Np, float* buf) noexcept {
+    return row_in(v, view_offset(v, b, t, h), n, Np, buf);
+}
+inline void token_out(const wkv_view& v, int64_t b, int64_t t, int64_t h, int64_t n,
+                      const float* src) noexcept {
+    row_out(v, view_offset(v, b, t, h), n, src);
+}
+
+/* Tokens ahead whose rows the kernels prefetch. A sequence's token rows are H * N elements
+ * apart (8 KiB at H = 32, N = 64 in float32): every row is on a page of its own, where the
+ * hardware prefetchers do not follow, so without this each token waits for DRAM. */
+#ifndef WKV_PREFETCH_AHEAD
+#define WKV_PREFETCH_AHEAD 2
+#endif
+constexpr int64_t kPrefetchAhead = WKV_PREFETCH_AHEAD;
+
+/* Asks for the cache lines of the token row [b, t, h, :] of a view (no-op when absent or not
+ * contiguous along n). */
+inline void prefetch_token(const wkv_view& v, int64_t b, int64_t t, int64_t h,
+                           int64_t n) noexcept {
+    if (!view_present(v) || v.stride[3] != 1) return;
+    const int64_t es = wkv_elem_size(v.elem);
+    const char* p = v.data + view_offset(v, b, t, h) * es;
+    const int64_t bytes = n * es;
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
+    __builtin_prefetch(p + bytes - 1);
+}
+
+/* A state slice [s, h, :, :] that the kernels can address in place: float32 rows of N
+ * contiguous floats (stride[3] == 1, 4-byte aligned), N == Np. Returns row 0 and its row
+ * stride, or NULL. */
+inline float* state_rows(const wkv_view& v, int64_t s, int64_t h, int64_t N, int64_t Np,
+                         int64_t* row_stride) noexcept {
+    if (!view_present(v) || N != Np || v.stride[3] != 1 || v.elem != WKV_ELEM_F32) return nullptr;
+    char* p = v.data + (v.stride[0] * s + v.stride[1] * h) * 4;
+    if ((reinterpret_cast<uintptr_t>(p) & 3u) != 0) return nullptr;
+    *row_stride = v.stride[2];
+    return reinterpret_cast<float*>(p);
+}
+
+/* load_state() into an Np x Np matrix (row stride Np), zero-padded; absent = zeros. */
+inline void state_in_padded(const wkv_view& v, int64_t s, int64_t h, int64_t N, int64_t Np,
+                            float* m) noexcept {
+    if (!view_present(v)) {
+        std::memset(m, 0, sizeof(float) * (size_t)(Np * Np));
+        return;
+    }
+    const int64_t base = v.stride[0] * s + v.stride[1] * h;
+    for (int64_t i = 0; i < Np; ++i) {
+        float* row = m + i * Np;
+        if (i < N) {
+            load_row(v, base + i * v.stride[2], N, row);
+            for (int64_t j = N; j < Np; ++j) row[j] = 0.0f;
+        } else {
+            std::memset(row, 0, sizeof(float) * (size_t)Np);
+        }
+    }
+}
+
+/* store_state() from an Np x Np matrix (row stride Np). */
+inline void state_out_padded(const wkv_view& v, int64_t s, int64_t h, int64_t N, int64_t Np,
+                             const float* m) noexcept {
+    if (!view_present(v)) return;
+    const int64_t base = v.stride[0] * s + v.stride[1] * h;
+    for (int64_t i = 0; i < N; ++i) store_row(v, base + i * v.stride[2], N, m + i * Np);
+}
