@@ -154,7 +154,8 @@ static wkv_status choose_backend(const wkv_context_options* o, wkv_backend* out,
     return fail_free(WKV_ERROR_INTERNAL, "wkv_context_create: no backend is available, not even cpu");
 }
 
-wkv_status wkv_context_create(const wkv_context_options* options, wkv_context** out) {
+/* guest: Vulkan guest mode (the backend is Vulkan, WKV_BACKEND does not apply). */
+static wkv_status context_create(const wkv_context_options* options, const void* guest, wkv_context** out) {
     tls_last_error[0] = '\0';
     if (!out) return fail_free(WKV_ERROR_NULL_POINTER, "wkv_context_create: out is NULL");
     *out = NULL;
@@ -188,8 +189,21 @@ wkv_status wkv_context_create(const wkv_context_options* options, wkv_context** 
 
     wkv_backend kind = WKV_BACKEND_CPU;
     const wkv_backend_iface* iface = NULL;
-    wkv_status st = choose_backend(&o, &kind, &iface);
-    if (st) return st;
+    wkv_status st;
+    if (guest) {
+        if (o.backend != WKV_BACKEND_AUTO && o.backend != WKV_BACKEND_VULKAN)
+            return fail_free(WKV_ERROR_INVALID_ARGUMENT,
+                             "wkv_vulkan_context_create: options->backend is %s: expected auto or vulkan",
+                             wkv_backend_name(o.backend));
+        const char* why = NULL;
+        kind = WKV_BACKEND_VULKAN;
+        iface = wkv_registry_get(kind, &why);
+        if (!iface)
+            return fail_free(WKV_ERROR_BACKEND_UNAVAILABLE, "wkv_vulkan_context_create: backend vulkan is "
+                             "unavailable: %s", why);
+    } else if ((st = choose_backend(&o, &kind, &iface))) {
+        return st;
+    }
 
     wkv_context* ctx = (wkv_context*)calloc(1, sizeof *ctx);
     if (!ctx) return fail_free(WKV_ERROR_OUT_OF_MEMORY, "wkv_context_create: out of memory");
@@ -206,6 +220,7 @@ wkv_status wkv_context_create(const wkv_context_options* options, wkv_context** 
     memset(&args, 0, sizeof args);
     args.struct_size = sizeof args;
     args.device_index = o.device_index;
+    args.guest = guest;
     if (o.parallel_for) {
         args.parallel_for = o.parallel_for;
         args.parallel_for_user_data = o.parallel_for_user_data;
@@ -236,6 +251,19 @@ wkv_status wkv_context_create(const wkv_context_options* options, wkv_context** 
              (int)args.num_threads, o.parallel_for ? " (host parallel_for)" : "");
     *out = ctx;
     return WKV_OK;
+}
+
+wkv_status wkv_context_create(const wkv_context_options* options, wkv_context** out) {
+    return context_create(options, NULL, out);
+}
+
+wkv_status wkv_context_create_guest(const wkv_context_options* options, const void* guest, const char* fn,
+                                    wkv_context** out) {
+    if (!guest) {
+        if (out) *out = NULL;
+        return fail_free(WKV_ERROR_NULL_POINTER, "%s: guest is NULL", fn);
+    }
+    return context_create(options, guest, out);
 }
 
 void wkv_context_destroy(wkv_context* ctx) {
@@ -303,6 +331,47 @@ wkv_status wkv_workspace_size(wkv_context* ctx, size_t* out_bytes, const wkv_bac
     else st = prepare_backward(ctx, desc, &p, &spans, &needed, &m);
     if (!st) *out_bytes = needed;
     st = finish(ctx, "wkv_workspace_size", st, &m);
+    leave(ctx);
+    return st;
+}
+
+wkv_status wkv_context_record(wkv_context* ctx, const char* fn, wkv_backend backend, int32_t request, void* cmd,
+                              const void* desc, int backward) {
+    wkv_status st = enter(ctx, fn);
+    if (st) return st;
+    wkv_problem p;
+    wkv_spans spans;
+    wkv_message m;
+    m.text[0] = '\0';
+    if (ctx->target.backend != backend || !ctx->iface->control) {
+        st = wkv_fail(&m, WKV_ERROR_INVALID_ARGUMENT, "the context runs on the %s backend, not %s",
+                      wkv_backend_name(ctx->target.backend), wkv_backend_name(backend));
+    } else if (!cmd) {
+        st = wkv_fail(&m, WKV_ERROR_NULL_POINTER, "cmd is NULL");
+    } else if (backward) {
+        size_t needed = 0;
+        st = prepare_backward(ctx, (const wkv_backward_desc*)desc, &p, &spans, &needed, &m);
+        if (!st) st = wkv_validate_workspace_mem(&ctx->target, (const wkv_backward_desc*)desc, &spans, needed, &p, &m);
+    } else {
+        st = wkv_validate_forward(&ctx->target, (const wkv_forward_desc*)desc, &p, &m);
+    }
+    if (!st) {
+        static const char* names[WKV_PROBLEM_VIEWS] = {
+            "r", "w", "k", "v", "a", "b", "u", "y", "state_in", "state_out", "dy", "dstate_out",
+            "dr", "dw", "dk", "dv", "da", "db", "du", "dstate_in"};
+        const wkv_view* views = &p.r;
+        for (int i = 0; i < WKV_PROBLEM_VIEWS && !st; ++i)
+            if (views[i].data && !p.mem[i].buffer)
+                st = wkv_fail(&m, WKV_ERROR_DEVICE_MISMATCH,
+                              "%s is not in a wkv_buffer: a recorded op takes device buffers only", names[i]);
+    }
+    if (!st) {
+        wkv_vulkan_record_args ra;
+        ra.cmd = cmd;
+        ra.p = &p;
+        st = ctx->iface->control(ctx->backend_state, request, &ra, &m);
+    }
+    st = finish(ctx, fn, st, &m);
     leave(ctx);
     return st;
 }
@@ -504,9 +573,11 @@ static void destroy_all_buffers(wkv_context* ctx) {
     ctx->num_buffers = ctx->cap_buffers = 0;
 }
 
-wkv_status wkv_buffer_create(wkv_context* ctx, uint64_t bytes, wkv_buffer** out) {
+/* request == 0: the backend's buffer_create; otherwise its control `request` (an import). */
+static wkv_status buffer_new(wkv_context* ctx, const char* fn, uint64_t bytes, int32_t request,
+                             wkv_vulkan_import_args* import, wkv_buffer** out) {
     if (out) *out = NULL;
-    wkv_status st = enter(ctx, "wkv_buffer_create");
+    wkv_status st = enter(ctx, fn);
     if (st) return st;
     wkv_message m;
     m.text[0] = '\0';
@@ -525,7 +596,18 @@ wkv_status wkv_buffer_create(wkv_context* ctx, uint64_t bytes, wkv_buffer** out)
     }
     if (!st && (!(buf = (wkv_buffer*)calloc(1, sizeof *buf)) || !live_reserve()))
         st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
-    if (!st) st = ctx->iface->buffer_create(ctx->backend_state, bytes, &buf->backend_buffer, &m);
+    if (!st && request) {
+        if (!ctx->iface->control) {
+            st = wkv_fail(&m, WKV_ERROR_UNSUPPORTED, "the %s backend cannot import buffers",
+                          wkv_backend_name(ctx->target.backend));
+        } else {
+            import->out_handle = NULL;
+            st = ctx->iface->control(ctx->backend_state, request, import, &m);
+            if (!st) buf->backend_buffer = import->out_handle;
+        }
+    } else if (!st) {
+        st = ctx->iface->buffer_create(ctx->backend_state, bytes, &buf->backend_buffer, &m);
+    }
     if (!st && !live_insert(buf)) {
         ctx->iface->buffer_destroy(ctx->backend_state, buf->backend_buffer);
         st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
@@ -541,9 +623,18 @@ wkv_status wkv_buffer_create(wkv_context* ctx, uint64_t bytes, wkv_buffer** out)
     } else {
         free(buf);
     }
-    st = finish(ctx, "wkv_buffer_create", st, &m);
+    st = finish(ctx, fn, st, &m);
     leave(ctx);
     return st;
+}
+
+wkv_status wkv_buffer_create(wkv_context* ctx, uint64_t bytes, wkv_buffer** out) {
+    return buffer_new(ctx, "wkv_buffer_create", bytes, 0, NULL, out);
+}
+
+wkv_status wkv_buffer_create_imported(wkv_context* ctx, const char* fn, uint64_t bytes, int32_t request,
+                                      wkv_vulkan_import_args* data, wkv_buffer** out) {
+    return buffer_new(ctx, fn, bytes, request, data, out);
 }
 
 void wkv_buffer_destroy(wkv_buffer* buf) {

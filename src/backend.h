@@ -143,6 +143,9 @@ typedef struct wkv_backend_create_args {
     wkv_parallel_for_fn parallel_for;
     void* parallel_for_user_data;
     int32_t num_threads; /* how many workers parallel_for may use (a hint for splitting) */
+    /* Vulkan guest mode (wkv_vulkan_context_create): the host's wkv_vulkan_guest_options,
+     * NULL otherwise. A trailing field: read it only when struct_size covers it. */
+    const void* guest;
 } wkv_backend_create_args;
 
 typedef struct wkv_backend_iface {
@@ -202,8 +205,25 @@ enum {
     WKV_CONTROL_CUDA_SET_STREAM = 1, /* data: the cudaStream_t (may be NULL = legacy default) */
     WKV_CONTROL_CUDA_GET_STREAM = 2, /* data: cudaStream_t* to fill */
     /* Vulkan (wkv_vulkan.h) */
-    WKV_CONTROL_VULKAN_VALIDATION_COUNT = 100 /* data: uint64_t* to fill */
+    WKV_CONTROL_VULKAN_VALIDATION_COUNT = 100, /* data: uint64_t* to fill */
+    WKV_CONTROL_VULKAN_BUFFER_IMPORT = 101,    /* data: wkv_vulkan_import_args* */
+    WKV_CONTROL_VULKAN_RECORD = 102            /* data: wkv_vulkan_record_args* */
 };
+
+/* WKV_CONTROL_VULKAN_BUFFER_IMPORT: wrap the host's VkBuffer (bytes [0, size)) in a backend
+ * buffer handle that buffer_destroy forgets without destroying the VkBuffer. */
+typedef struct wkv_vulkan_import_args {
+    uint64_t vk_buffer; /* the VkBuffer handle */
+    uint64_t size;
+    void* out_handle;   /* filled by the backend */
+} wkv_vulkan_import_args;
+
+/* WKV_CONTROL_VULKAN_RECORD: record p (validated by the core; every present view in a buffer)
+ * into the host's command buffer instead of submitting it. */
+typedef struct wkv_vulkan_record_args {
+    void* cmd; /* VkCommandBuffer, recording */
+    const wkv_problem* p;
+} wkv_vulkan_record_args;
 
 /* A plugin's single export. Returns NULL when it cannot serve a core of this ABI version. */
 typedef const wkv_backend_iface* (*wkv_plugin_entry_fn)(uint32_t core_abi_version);

@@ -22,4 +22,18 @@ int wkv_buffer_is_live(const void* ptr);
  * and returns st. */
 wkv_status wkv_fail_context_free(wkv_status st, const char* fn, const char* message);
 
+/* ---- Vulkan guest mode (interop_vulkan.c) ----
+ * wkv_context_create on the Vulkan backend with args.guest = guest (fn names the entry point). */
+wkv_status wkv_context_create_guest(const wkv_context_options* options, const void* guest, const char* fn,
+                                    wkv_context** out);
+/* A wkv_buffer of `bytes` whose backend handle comes from the control `request` (data: a
+ * wkv_vulkan_import_args whose out_handle the backend fills). */
+wkv_status wkv_buffer_create_imported(wkv_context* ctx, const char* fn, uint64_t bytes, int32_t request,
+                                      wkv_vulkan_import_args* data, wkv_buffer** out);
+/* Validates desc (a wkv_forward_desc, or a wkv_backward_desc when backward) as wkv_forward /
+ * wkv_backward do, refuses host-memory tensors (WKV_ERROR_DEVICE_MISMATCH), and hands the
+ * problem to the backend's control `request` with the command buffer. */
+wkv_status wkv_context_record(wkv_context* ctx, const char* fn, wkv_backend backend, int32_t request, void* cmd,
+                              const void* desc, int backward);
+
 #endif

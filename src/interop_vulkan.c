@@ -19,39 +19,38 @@ wkv_status wkv_vulkan_validation_message_count(wkv_context* ctx, uint64_t* out_c
                                WKV_CONTROL_VULKAN_VALIDATION_COUNT, (void*)out_count, "out_count");
 }
 
-/* ---- guest mode: designed in wkv_vulkan.h, not implemented yet ---- */
-
-static wkv_status guest_unsupported(const char* fn) {
-    return wkv_fail_context_free(WKV_ERROR_UNSUPPORTED, fn,
-                                 "Vulkan guest mode is designed (wkv_vulkan.h) but not implemented yet");
-}
+/* ---- guest mode (the design and the contract: wkv_vulkan.h) ---- */
 
 wkv_status wkv_vulkan_context_create(const wkv_context_options* options, const wkv_vulkan_guest_options* guest,
                                      wkv_context** out) {
-    (void)options;
-    (void)guest;
-    if (out) *out = NULL;
-    return guest_unsupported("wkv_vulkan_context_create");
+    if (!out) return wkv_fail_context_free(WKV_ERROR_NULL_POINTER, "wkv_vulkan_context_create", "out is NULL");
+    *out = NULL;
+    if (guest && (guest->struct_size < sizeof *guest || !guest->instance || !guest->physical_device ||
+                  !guest->device))
+        return wkv_fail_context_free(WKV_ERROR_INVALID_ARGUMENT, "wkv_vulkan_context_create",
+                                     "guest: struct_size, instance, physical_device and device must be set");
+    return wkv_context_create_guest(options, guest, "wkv_vulkan_context_create", out);
 }
 
 wkv_status wkv_vulkan_buffer_import(wkv_context* ctx, VkBuffer buffer, uint64_t size, wkv_buffer** out) {
-    (void)ctx;
-    (void)buffer;
-    (void)size;
     if (out) *out = NULL;
-    return guest_unsupported("wkv_vulkan_buffer_import");
+    if (!buffer || size == 0)
+        return wkv_fail_context_free(WKV_ERROR_INVALID_ARGUMENT, "wkv_vulkan_buffer_import",
+                                     "buffer is VK_NULL_HANDLE or size is 0");
+    wkv_vulkan_import_args a;
+    a.vk_buffer = (uint64_t)(uintptr_t)buffer;
+    a.size = size;
+    a.out_handle = NULL;
+    return wkv_buffer_create_imported(ctx, "wkv_vulkan_buffer_import", size, WKV_CONTROL_VULKAN_BUFFER_IMPORT, &a,
+                                      out);
 }
 
 wkv_status wkv_vulkan_record_forward(wkv_context* ctx, VkCommandBuffer cmd, const wkv_forward_desc* desc) {
-    (void)ctx;
-    (void)cmd;
-    (void)desc;
-    return guest_unsupported("wkv_vulkan_record_forward");
+    return wkv_context_record(ctx, "wkv_vulkan_record_forward", WKV_BACKEND_VULKAN, WKV_CONTROL_VULKAN_RECORD,
+                              (void*)cmd, desc, 0);
 }
 
 wkv_status wkv_vulkan_record_backward(wkv_context* ctx, VkCommandBuffer cmd, const wkv_backward_desc* desc) {
-    (void)ctx;
-    (void)cmd;
-    (void)desc;
-    return guest_unsupported("wkv_vulkan_record_backward");
+    return wkv_context_record(ctx, "wkv_vulkan_record_backward", WKV_BACKEND_VULKAN, WKV_CONTROL_VULKAN_RECORD,
+                              (void*)cmd, desc, 1);
 }

@@ -24,6 +24,14 @@ static wkv_status vk_control(void* state, int32_t request, void* data, wkv_messa
     case WKV_CONTROL_VULKAN_VALIDATION_COUNT:
         *(uint64_t*)data = st->validation ? (uint64_t)atomic_load(&st->validation_count) : 0;
         return WKV_OK;
+    case WKV_CONTROL_VULKAN_BUFFER_IMPORT: {
+        wkv_vulkan_import_args* a = (wkv_vulkan_import_args*)data;
+        return wkv_vk_buffer_import(st, a->vk_buffer, a->size, &a->out_handle, msg);
+    }
+    case WKV_CONTROL_VULKAN_RECORD: {
+        const wkv_vulkan_record_args* a = (const wkv_vulkan_record_args*)data;
+        return wkv_vk_record(st, a->cmd, a->p, msg);
+    }
     default:
         return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED, "control request %d is not known", (int)request);
     }

@@ -1,10 +1,12 @@
 /* Probe, device info, and the per-context instance + device (with the Khronos validation
  * layer and a counting debug messenger when WKV_VULKAN_VALIDATION=1). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "vk_internal.h"
+#include "wkv/wkv_vulkan.h"
 
 /* ------------------------------------------------------------------------------ helpers */
 
@@ -326,18 +328,7 @@ wkv_status wkv_vk_check_validation(wkv_vk_state* st, wkv_message* msg) {
                        "first: %.300s", fresh, st->validation_first);
 }
 
-static wkv_status create_device(wkv_vk_state* st, int32_t ordinal, uint32_t api, wkv_message* msg) {
-    uint32_t count = 0;
-    st->ifn.vkEnumeratePhysicalDevices(st->instance, &count, NULL);
-    VkPhysicalDevice devs[16];
-    if (count > 16) count = 16;
-    st->ifn.vkEnumeratePhysicalDevices(st->instance, &count, devs);
-    if (count == 0) return wkv_vk_fail(msg, WKV_ERROR_BACKEND_UNAVAILABLE, "no Vulkan device");
-    if (ordinal < 0 || (uint32_t)ordinal >= count)
-        return wkv_vk_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
-                           "device %d requested (device_index or WKV_VULKAN_DEVICE), there are %u",
-                           (int)ordinal, count);
-    st->phys = devs[ordinal];
+static wkv_status setup_physical(wkv_vk_state* st, wkv_message* msg) {
     st->ifn.vkGetPhysicalDeviceProperties(st->phys, &st->props);
     st->ifn.vkGetPhysicalDeviceMemoryProperties(st->phys, &st->mem_props);
     if (st->props.apiVersion < VK_API_VERSION_1_1)
@@ -353,10 +344,28 @@ static wkv_status create_device(wkv_vk_state* st, int32_t ordinal, uint32_t api,
     st->max_n = 0;
     for (int n = 256; n >= 1 && !st->max_n; --n)
         if (wkv_vk_head_size_ok(lim, n)) st->max_n = n;
+    return WKV_OK;
+}
+
+static wkv_status create_objects(wkv_vk_state* st, wkv_message* msg);
+
+static wkv_status create_device(wkv_vk_state* st, int32_t ordinal, uint32_t api, wkv_message* msg) {
+    uint32_t count = 0;
+    st->ifn.vkEnumeratePhysicalDevices(st->instance, &count, NULL);
+    VkPhysicalDevice devs[16];
+    if (count > 16) count = 16;
+    st->ifn.vkEnumeratePhysicalDevices(st->instance, &count, devs);
+    if (count == 0) return wkv_vk_fail(msg, WKV_ERROR_BACKEND_UNAVAILABLE, "no Vulkan device");
+    if (ordinal < 0 || (uint32_t)ordinal >= count)
+        return wkv_vk_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
+                           "device %d requested (device_index or WKV_VULKAN_DEVICE), there are %u",
+                           (int)ordinal, count);
+    st->phys = devs[ordinal];
+    wkv_status s = setup_physical(st, msg);
+    if (s) return s;
     st->queue_family = compute_queue_family(&st->ifn, st->phys);
     if (st->queue_family == UINT32_MAX)
         return wkv_vk_fail(msg, WKV_ERROR_BACKEND_UNAVAILABLE, "%s has no compute queue", st->props.deviceName);
-
     VkPhysicalDevice16BitStorageFeatures s16;
     memset(&s16, 0, sizeof s16);
     s16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
@@ -390,7 +399,13 @@ static wkv_status create_device(wkv_vk_state* st, int32_t ordinal, uint32_t api,
     const char* missing = wkv_vk_load_device(&st->ifn, st->device, &st->fn);
     if (missing) return wkv_vk_fail(msg, WKV_ERROR_BACKEND_UNAVAILABLE, "the Vulkan device lacks %s", missing);
     st->fn.vkGetDeviceQueue(st->device, st->queue_family, 0, &st->queue);
+    return create_objects(st, msg);
+}
 
+/* The context's own objects on st->device: command pool and buffer, fence, dummy buffer,
+ * kernels. */
+static wkv_status create_objects(wkv_vk_state* st, wkv_message* msg) {
+    VkResult r;
     VkCommandPoolCreateInfo pci;
     memset(&pci, 0, sizeof pci);
     pci.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
@@ -416,6 +431,42 @@ static wkv_status create_device(wkv_vk_state* st, int32_t ordinal, uint32_t api,
     return wkv_vk_kernels_create(st, msg);
 }
 
+/* Guest mode: the host's instance, physical device, device and queue (wkv_vulkan.h). */
+static wkv_status create_guest(wkv_vk_state* st, const wkv_vulkan_guest_options* g, wkv_message* msg) {
+    st->guest = 1;
+    st->validation = 0; /* the host's instance: its validation is the host's business */
+    if (g->get_instance_proc_addr) {
+        st->guest_g = *st->g;
+        st->guest_g.vkGetInstanceProcAddr = g->get_instance_proc_addr;
+        st->g = &st->guest_g;
+    }
+    st->instance = g->instance;
+    const char* missing = wkv_vk_load_instance(st->g, st->instance, &st->ifn);
+    if (missing) return wkv_vk_fail(msg, WKV_ERROR_BACKEND_UNAVAILABLE, "the host's VkInstance lacks %s", missing);
+    st->phys = g->physical_device;
+    wkv_status s = setup_physical(st, msg);
+    if (s) return s;
+    uint32_t nq = 0;
+    st->ifn.vkGetPhysicalDeviceQueueFamilyProperties(st->phys, &nq, NULL);
+    VkQueueFamilyProperties qp[64];
+    if (nq > 64) nq = 64;
+    st->ifn.vkGetPhysicalDeviceQueueFamilyProperties(st->phys, &nq, qp);
+    if (g->queue_family_index >= nq || !(qp[g->queue_family_index].queueFlags & VK_QUEUE_COMPUTE_BIT) ||
+        g->queue_index >= qp[g->queue_family_index].queueCount)
+        return wkv_vk_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
+                           "guest: queue family %u (queue %u) is not a compute queue of %s",
+                           g->queue_family_index, g->queue_index, st->props.deviceName);
+    st->queue_family = g->queue_family_index;
+    /* Which features the host enabled cannot be queried: the 32-bit-word shaders work on any
+     * device (16-bit tensors through atomics). */
+    st->storage16 = 0;
+    st->device = g->device;
+    if ((missing = wkv_vk_load_device(&st->ifn, st->device, &st->fn)))
+        return wkv_vk_fail(msg, WKV_ERROR_BACKEND_UNAVAILABLE, "the host's VkDevice lacks %s", missing);
+    st->fn.vkGetDeviceQueue(st->device, st->queue_family, g->queue_index, &st->queue);
+    return create_objects(st, msg);
+}
+
 wkv_status wkv_vk_create(const wkv_backend_create_args* args, void** out_state, wkv_message* msg) {
     *out_state = NULL;
     const char* why = NULL;
@@ -426,6 +477,16 @@ wkv_status wkv_vk_create(const wkv_backend_create_args* args, void** out_state, 
     st->g = g;
     atomic_init(&st->validation_count, 0ull);
     st->validation = env_flag("WKV_VULKAN_VALIDATION");
+    const wkv_vulkan_guest_options* guest =
+        args->struct_size >= offsetof(wkv_backend_create_args, guest) + sizeof(args->guest)
+            ? (const wkv_vulkan_guest_options*)args->guest
+            : NULL;
+    if (guest) {
+        wkv_status gs = create_guest(st, guest, msg);
+        if (gs) wkv_vk_destroy(st);
+        else *out_state = st;
+        return gs;
+    }
     uint32_t api = 0;
     wkv_status s = create_instance(g, st, &st->instance, &st->ifn, &api, msg);
     if (!s && st->validation) {
@@ -460,12 +521,16 @@ void wkv_vk_destroy(void* state) {
         vkw_buffer_destroy(st, &st->scratch);
         vkw_buffer_destroy(st, &st->dummy);
         if (st->desc_pool) st->fn.vkDestroyDescriptorPool(st->device, st->desc_pool, NULL);
+        vkw_buffer_destroy(st, &st->rec_staging);
+        vkw_buffer_destroy(st, &st->rec_mirror);
+        vkw_buffer_destroy(st, &st->rec_scratch);
+        if (st->rec_desc_pool) st->fn.vkDestroyDescriptorPool(st->device, st->rec_desc_pool, NULL);
         if (st->fence) st->fn.vkDestroyFence(st->device, st->fence, NULL);
         if (st->cmd_pool) st->fn.vkDestroyCommandPool(st->device, st->cmd_pool, NULL);
-        st->fn.vkDestroyDevice(st->device, NULL);
+        if (!st->guest) st->fn.vkDestroyDevice(st->device, NULL);
     }
     if (st->messenger) st->ifn.vkDestroyDebugUtilsMessengerEXT(st->instance, st->messenger, NULL);
-    if (st->instance) st->ifn.vkDestroyInstance(st->instance, NULL);
+    if (st->instance && !st->guest) st->ifn.vkDestroyInstance(st->instance, NULL);
     free(st);
 }
 

@@ -38,6 +38,7 @@ typedef struct vkw_buffer {
     VkDeviceMemory memory;
     VkDeviceSize size; /* of the VkBuffer: the requested size rounded up to 4 (>= 16) */
     void* mapped;      /* host-visible buffers stay mapped */
+    int imported;      /* guest mode: the host's VkBuffer (not destroyed, memory not ours) */
 } vkw_buffer;
 
 /* ---------------------------------------------------------------------------- kernels */
@@ -102,6 +103,19 @@ typedef struct wkv_vk_state {
      * the parameter block, device scratch for a host-memory workspace, a 16-byte dummy. */
     vkw_buffer staging, mirror, scratch, dummy;
 
+    /* Guest mode (wkv_vulkan.h): instance and device are the host's (never destroyed here);
+     * g points at guest_g when the host gave its vkGetInstanceProcAddr. */
+    int guest;
+    wkv_vk_global guest_g;
+    /* While an op is recorded into the host's command buffer (wkv_vulkan_record_*): cmd is
+     * the host's, vkw_begin / vkw_submit_wait neither begin nor submit, and the op uses the
+     * rec_* set of cached objects (swapped in), so that synchronous calls made before the
+     * host's command buffer runs do not overwrite what it reads. */
+    int recording;
+    vkw_buffer rec_staging, rec_mirror, rec_scratch;
+    VkDescriptorPool rec_desc_pool;
+    uint32_t rec_desc_pool_sets;
+
     /* WKV_VULKAN_VALIDATION=1: messages counted by the messenger; an op fails on a new one. */
     int validation;
     atomic_ullong validation_count;
@@ -117,6 +131,10 @@ wkv_status wkv_vk_create(const wkv_backend_create_args* args, void** out_state, 
 void wkv_vk_destroy(void* state);
 /* WKV_ERROR_INTERNAL when the validation layer has said something since the last check. */
 wkv_status wkv_vk_check_validation(wkv_vk_state* st, wkv_message* msg);
+/* Guest mode: records p into the host's command buffer (WKV_CONTROL_VULKAN_RECORD). */
+wkv_status wkv_vk_record(wkv_vk_state* st, void* cmd, const wkv_problem* p, wkv_message* msg);
+/* Guest mode: wraps the host's VkBuffer (WKV_CONTROL_VULKAN_BUFFER_IMPORT). */
+wkv_status wkv_vk_buffer_import(wkv_vk_state* st, uint64_t vk_buffer, uint64_t size, void** out, wkv_message* msg);
 /* The head sizes the device's limits allow (shared memory, workgroup size). */
 int wkv_vk_head_size_ok(const VkPhysicalDeviceLimits* lim, int64_t n);
 

@@ -101,6 +101,12 @@ void vkw_barrier(wkv_vk_state* st, VkPipelineStageFlags src, VkAccessFlags src_a
 }
 
 wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg) {
+    if (st->recording) { /* the host's command buffer, already recording */
+        vkw_barrier(st, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT,
+                    VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                    VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
+        return WKV_OK;
+    }
     VkResult r = st->fn.vkResetCommandBuffer(st->cmd, 0);
     if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkResetCommandBuffer");
     VkCommandBufferBeginInfo bi;
@@ -118,6 +124,7 @@ wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg) {
 }
 
 wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg) {
+    if (st->recording) return WKV_OK; /* the host submits */
     /* Everything written is visible to the host once the fence has signalled. */
     vkw_barrier(st, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
                 VK_ACCESS_HOST_READ_BIT);
@@ -164,6 +171,10 @@ void wkv_vk_buffer_destroy(void* state, void* buffer) {
     wkv_vk_state* st = (wkv_vk_state*)state;
     vkw_buffer* b = (vkw_buffer*)buffer;
     if (!b) return;
+    if (b->imported) { /* the host's VkBuffer: forget it */
+        free(b);
+        return;
+    }
     st->fn.vkDeviceWaitIdle(st->device); /* nothing in flight may still use it */
     vkw_buffer_destroy(st, b);
     free(b);
@@ -202,4 +213,52 @@ wkv_status wkv_vk_buffer_write(void* state, void* buffer, uint64_t offset, const
 wkv_status wkv_vk_buffer_read(void* state, void* buffer, uint64_t offset, void* dst, uint64_t bytes,
                               wkv_message* msg) {
     return transfer((wkv_vk_state*)state, (vkw_buffer*)buffer, offset, (char*)dst, bytes, 0, msg);
+}
+
+/* ------------------------------------------------------------------------- guest mode */
+
+wkv_status wkv_vk_buffer_import(wkv_vk_state* st, uint64_t vk_buffer, uint64_t size, void** out, wkv_message* msg) {
+    *out = NULL;
+    if (!st->guest)
+        return wkv_vk_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
+                           "buffer import needs a guest context (wkv_vulkan_context_create): the VkBuffer "
+                           "must belong to the context's VkDevice");
+    vkw_buffer* b = (vkw_buffer*)calloc(1, sizeof *b);
+    if (!b) return wkv_vk_fail(msg, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
+    b->buffer = (VkBuffer)(uintptr_t)vk_buffer;
+    b->size = size;
+    b->imported = 1;
+    *out = b;
+    return WKV_OK;
+}
+
+#define WKV_VK_SWAP(T, a, b) \
+    do {                     \
+        T t_ = (a);          \
+        (a) = (b);           \
+        (b) = t_;            \
+    } while (0)
+
+static void swap_record_objects(wkv_vk_state* st) {
+    WKV_VK_SWAP(vkw_buffer, st->staging, st->rec_staging);
+    WKV_VK_SWAP(vkw_buffer, st->mirror, st->rec_mirror);
+    WKV_VK_SWAP(vkw_buffer, st->scratch, st->rec_scratch);
+    WKV_VK_SWAP(VkDescriptorPool, st->desc_pool, st->rec_desc_pool);
+    WKV_VK_SWAP(uint32_t, st->desc_pool_sets, st->rec_desc_pool_sets);
+}
+
+wkv_status wkv_vk_record(wkv_vk_state* st, void* cmd, const wkv_problem* p, wkv_message* msg) {
+    const VkCommandBuffer own = st->cmd;
+    swap_record_objects(st);
+    st->cmd = (VkCommandBuffer)cmd;
+    st->recording = 1;
+    wkv_status s;
+    if (p->backward)
+        s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_backward(st, p, msg) : wkv_vk_rwkv7_backward(st, p, msg);
+    else
+        s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_forward(st, p, msg) : wkv_vk_rwkv7_forward(st, p, msg);
+    st->recording = 0;
+    st->cmd = own;
+    swap_record_objects(st);
+    return s;
 }

@@ -39,8 +39,8 @@
  *
  * ============================================================================ GUEST MODE
  *
- * STATUS: designed here, NOT IMPLEMENTED in this version: the three guest entry points
- * return WKV_ERROR_UNSUPPORTED. The design, so that engines can plan for it:
+ * libwkv runs on the host's VkDevice (an engine's): examples/vulkan_engine/engine.c is a
+ * complete program, backends/vulkan/tests/test_vulkan_guest.cpp the test.
  *
  *   wkv_vulkan_guest_options g = {0};  g.struct_size = sizeof g;
  *   g.instance = inst;  g.physical_device = pd;  g.device = dev;
@@ -51,8 +51,9 @@
  *   ... tensors as in (b), data = the imported wkv_buffer*
  *   wkv_vulkan_record_forward(ctx, cmd, &fwd);       // records, does not submit or wait
  *
- * The device must have been created with Vulkan 1.1+, and the feature storageBuffer16BitAccess
- * enabled if the host wants the 16-bit-storage shaders. Imported buffers need
+ * The device must have been created with Vulkan 1.1+. Which features the host enabled cannot
+ * be queried, so a guest context always uses the shaders that need none (float16/bfloat16
+ * tensors through 32-bit words and atomics). Imported buffers need
  * VK_BUFFER_USAGE_STORAGE_BUFFER_BIT (and TRANSFER_SRC/DST for upload/download). The library
  * creates pipelines, descriptor pools and its parameter buffers on the host's device; it never
  * submits to a queue from the record_* entry points.
@@ -68,9 +69,15 @@
  * between workspace batches). Host-memory tensors (a) are refused by the record_* entry points
  * (WKV_ERROR_DEVICE_MISMATCH): everything must be in buffers. The command buffer must stay
  * valid until it has executed, and so must the recorded call's buffers; the library's own
- * per-call objects are kept until the next record_* call on ctx after the host has waited for
- * the previous command buffer (ring of size 1: call wkv_vulkan_record_* again only after the
- * previous recording finished executing, or use one context per frame in flight). */
+ * per-call objects (parameter block, descriptor sets, device scratch for a host-memory
+ * workspace) are kept until the next record_* call on ctx: a ring of size 1. Call
+ * wkv_vulkan_record_* again only after the previous recording finished executing (so at most
+ * one recorded op per command buffer and context), or use one context per op in flight. The
+ * synchronous calls (wkv_forward, wkv_backward, wkv_buffer_upload/download) stay available on
+ * a guest context; they submit to queue_index of queue_family_index and wait, and use objects
+ * of their own, so they do not disturb a recording that has not executed yet.
+ * The validation layer is the host's business in guest mode (WKV_VULKAN_VALIDATION applies to
+ * the instances libwkv creates; wkv_vulkan_validation_message_count reports 0). */
 #ifndef WKV_WKV_VULKAN_H
 #define WKV_WKV_VULKAN_H
 
@@ -85,7 +92,7 @@ extern "C" {
  * not on the Vulkan backend. */
 WKV_API wkv_status wkv_vulkan_validation_message_count(wkv_context* ctx, uint64_t* out_count);
 
-/* ---- guest mode (designed; returns WKV_ERROR_UNSUPPORTED in this version) ---- */
+/* ---- guest mode ---- */
 
 typedef struct wkv_vulkan_guest_options {
     size_t struct_size;          /* sizeof(wkv_vulkan_guest_options) */
@@ -105,11 +112,15 @@ WKV_API wkv_status wkv_vulkan_context_create(const wkv_context_options* options,
                                              const wkv_vulkan_guest_options* guest,
                                              wkv_context** out);
 /* A wkv_buffer that is bytes [0, size) of the host's `buffer` (not owned: wkv_buffer_destroy
- * forgets it without destroying the VkBuffer). */
+ * forgets it without destroying the VkBuffer). ctx must be a guest context on the device that
+ * owns the buffer (else WKV_ERROR_INVALID_ARGUMENT). */
 WKV_API wkv_status wkv_vulkan_buffer_import(wkv_context* ctx, VkBuffer buffer, uint64_t size,
                                             wkv_buffer** out);
 /* Record the op into the host's command buffer (in the recording state) instead of running it;
- * see BARRIERS above. */
+ * see BARRIERS above. Every tensor must be a wkv_buffer (WKV_ERROR_DEVICE_MISMATCH otherwise);
+ * a backward workspace may be host memory (the library then uses device scratch of its own,
+ * nothing is read from or written to that memory). Works on any Vulkan context, guest or not
+ * (cmd must then belong to that context's device, which only a guest context shares). */
 WKV_API wkv_status wkv_vulkan_record_forward(wkv_context* ctx, VkCommandBuffer cmd,
                                              const wkv_forward_desc* desc);
 WKV_API wkv_status wkv_vulkan_record_backward(wkv_context* ctx, VkCommandBuffer cmd,
