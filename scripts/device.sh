@@ -12,7 +12,8 @@
 # With the device tool: run(command="scripts/device.sh", carry=["build-deps", ".vk", ".gl"],
 # timeout_s=600). For the Vulkan part, here first: build with -DWKV_VULKAN=ON into build-vk and
 #   mkdir -p .vk && cp -a build-vk/libwkv.so* build-vk/libwkv_vulkan.so \
-#     build-vk/tools/wkv-bench/wkv-bench build-vk/backends/vulkan/tests/wkv_vulkan_tests .vk/
+#     build-vk/tools/wkv-bench/wkv-bench build-vk/backends/vulkan/tests/wkv_vulkan_tests \
+#     build-vk/examples/vulkan_engine/wkv_example_vulkan_engine .vk/
 # and download the loader and the GL dispatch libraries NVIDIA's Vulkan driver needs, with the
 # amd64 options of the device tool's README: (cd .gl && apt-get download libvulkan1 libegl1
 # libglvnd0 libopengl0 libgl1 libglx0 libgles2). .vk, .gl and build-deps are ignored by git.
@@ -161,10 +162,11 @@ if [ -d "$root/.vk" ]; then
   vkrun() { LD_LIBRARY_PATH=$vk WKV_GOLDEN_DIR=$root/tests/golden WKV_VULKAN_VALIDATION=0 "$@"; }
   {
     vkrun "$vk/wkv-bench" info
-    for dt in f32 f16 bf16; do vkrun "$vk/wkv-bench" golden --backend vulkan --dtype "$dt" "$root"/tests/golden/wkv7_*.safetensors; echo "rc=$?"; done
+    for dt in f32 f16 bf16; do vkrun "$vk/wkv-bench" golden --backend vulkan --dtype "$dt" "$root"/tests/golden/*.safetensors; echo "rc=$?"; done
     vkrun "$vk/wkv_vulkan_tests"; echo "wkv_vulkan_tests rc=$?"
+    [ -x "$vk/wkv_example_vulkan_engine" ] && { vkrun "$vk/wkv_example_vulkan_engine"; echo "vulkan engine example rc=$?"; }
   } >"$out/vulkan.log" 2>&1
-  note "vulkan: $(grep -c ' PASS ' "$out/vulkan.log") golden PASS, $(grep -c ' FAIL ' "$out/vulkan.log") FAIL; $(grep -E 'wkv_vulkan_tests rc|test cases:' "$out/vulkan.log" | tr '\n' ' ')"
+  note "vulkan: $(grep -c ' PASS ' "$out/vulkan.log") golden PASS, $(grep -c ' FAIL ' "$out/vulkan.log") FAIL; $(grep -E 'wkv_vulkan_tests rc|test cases:|engine example rc' "$out/vulkan.log" | tr '\n' ' ')"
   if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
     vb() { vkrun "$vk/wkv-bench" perf --backend vulkan "$@" --H 32 --N 64 --dtype f32 --repeat 5 --json >>"$perf" 2>>"$out/vulkan.log" ||
            note "wkv-bench perf --backend vulkan $* failed (vulkan.log)"; }
@@ -172,6 +174,7 @@ if [ -d "$root/.vk" ]; then
     vb --B 8 --T 512
     vb --B 1,64,256 --T 1 --pass forward
     vb --B 8 --T 4096 --pass backward --repeat 3
+    vb --op rwkv6 --B 8 --T 4096
   fi
   stamp "vulkan done" | tee -a "$summary"
 fi
