@@ -15,6 +15,7 @@
 #include "cpu_internal.h"
 #include "half.h"
 #include "op_common.h"
+#include "rwkv7.h"
 #include "tensor_access.h"
 
 #if defined(__clang__)

@@ -20,15 +20,18 @@
 constexpr int kRows = WKV_RWKV7_ROWS; /* value rows per pass (a multiple of 4) */
 
 /* One token over the rows [0, Np) of the state: src rows (row stride srs) -> dst rows (drs);
- * dst may be src (in place). NV: vectors per row (0 = the run-time nv). kY: also y = S_new . r.
- * sa_out (may be NULL): sa per row. */
-template <int NV, bool kY>
+ * dst may be src (in place). NV: vectors per row (0 = the run-time nv). kY: also y = S_new . r
+ * (into y). kDr (the backward's replay): also dr = S_new^T dy (into y, with r = dy). sa_out
+ * (may be NULL): sa per row. */
+template <int NV, bool kY, bool kDr = false>
 inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, int nv_rt,
                       int64_t Np, const float* __restrict decay, const float* __restrict k,
                       const float* __restrict v, const float* __restrict a,
                       const float* __restrict b, const float* __restrict r, float* y,
                       float* sa_out) noexcept {
     const int nv = NV ? NV : nv_rt;
+    if (kDr)
+        for (int64_t j = 0; j < Np; j += W) V::store(y + j, V::zero());
     for (int64_t ib = 0; ib < Np; ib += kRows) {
         const float* sp[kRows];
         float* dp[kRows];
@@ -64,6 +67,18 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
             vb[u + 3] = V::bcast<3>(v4);
         }
 
+        T dyb[kRows]; /* kDr: dy of the rows */
+        if (kDr) {
+#pragma GCC unroll 16
+            for (int u = 0; u < kRows; u += 4) {
+                const __m128 d4 = _mm_loadu_ps(r + ib + u);
+                dyb[u] = V::bcast<0>(d4);
+                dyb[u + 1] = V::bcast<1>(d4);
+                dyb[u + 2] = V::bcast<2>(d4);
+                dyb[u + 3] = V::bcast<3>(d4);
+            }
+        }
+
         /* update (+ readout) */
         T yc[kRows];
 #pragma GCC unroll 16
@@ -73,12 +88,15 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
             const int64_t o = (int64_t)q * W;
             const T dv = V::load(decay + o), bv = V::load(b + o), kv = V::load(k + o);
             const T rv = kY ? V::load(r + o) : V::zero();
+            T drv = kDr ? V::load(y + o) : V::zero();
 #pragma GCC unroll 16
             for (int u = 0; u < kRows; ++u) {
                 const T x = V::fma(V::load(sp[u] + o), dv, V::fma(sab[u], bv, V::mul(vb[u], kv)));
                 V::store(dp[u] + o, x);
                 if (kY) yc[u] = V::fma(x, rv, yc[u]);
+                if (kDr) drv = V::fma(x, dyb[u], drv);
             }
+            if (kDr) V::store(y + o, drv);
         }
         if (kY) {
 #pragma GCC unroll 16
@@ -240,8 +258,273 @@ void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scr
     }
 }
 
+/* ----------------------------------------------------------------------------- backward
+ * rwkv7.cpp's checkpoint + replay scheme (K = 32), with three changes that the vector layout
+ * makes cheap:
+ *   - the replay of a segment keeps, per token, sa (from its sweep) and dr = S_t^T dy (the
+ *     state it has just made), so the backward sweep needs only S_{t-1}, never S_t;
+ *   - the token's input rows (converted, with decay and d decay / d w) are kept for the segment
+ *     instead of being loaded twice (pointers into the tensors where they are float32 rows);
+ *   - the backward sweep is one pass per kRows rows for g = dS + dy r^T with dk, db, dd and the
+ *     dv, dsa sums, and a second for da and dS = g decay + dsa a^T.
+ * Per chunk: dS, R replay states, R token records of kTokRows rows and 6 rows of sums, all Np
+ * long; checkpoints are Np^2 each:
+ *   checkpoints = H * G * Np^2 floats,  chunk = (R + 1) * Np^2 + (kTokRows * R + 6) * Np
+ * (the same as rwkv7.cpp's for N = Np, but for the 10 R - 10 extra rows). */
+constexpr int64_t K7 = kRwkv7CheckpointInterval;
+constexpr int64_t kTokRows = 10; /* r k v a b dy decay ddw sa, and dr (w before it) */
+
+/* One token's rows for the backward (each Np long). */
+struct Tok7 {
+    const float *r, *k, *v, *a, *b, *dy;
+    float *decay, *ddw, *sa, *dr;
+};
+
+/* Loads token t's rows into slot `rows` (kTokRows * Np floats): r k v a b dy as pointers (into
+ * the tensors, or converted into the slot), decay and ddw computed. */
+inline Tok7 load_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h, int64_t Np,
+                      float* rows, bool with_grads) noexcept {
+    const int64_t N = p->N;
+    Tok7 x;
+    float* w = rows + 9 * Np; /* w shares the dr row: dr is written after decay is made */
+    x.k = token_in(p->k, batch, t, h, N, Np, rows + Np);
+    x.v = token_in(p->v, batch, t, h, N, Np, rows + 2 * Np);
+    x.a = token_in(p->a, batch, t, h, N, Np, rows + 3 * Np);
+    x.b = token_in(p->b, batch, t, h, N, Np, rows + 4 * Np);
+    x.decay = rows + 6 * Np;
+    x.ddw = rows + 7 * Np;
+    x.sa = rows + 8 * Np;
+    x.dr = rows + 9 * Np;
+    decay_rows(p->decay_form, token_in(p->w, batch, t, h, N, Np, w), x.decay,
+               with_grads ? x.ddw : nullptr, Np);
+    if (with_grads) {
+        x.r = token_in(p->r, batch, t, h, N, Np, rows);
+        x.dy = token_in(p->dy, batch, t, h, N, Np, rows + 5 * Np);
+    } else {
+        x.r = x.dy = nullptr;
+    }
+    return x;
+}
+
+inline void prefetch_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
+                          bool with_grads) noexcept {
+    const int64_t N = p->N;
+    prefetch_token(p->w, batch, t, h, N);
+    prefetch_token(p->k, batch, t, h, N);
+    prefetch_token(p->v, batch, t, h, N);
+    prefetch_token(p->a, batch, t, h, N);
+    prefetch_token(p->b, batch, t, h, N);
+    if (with_grads) {
+        prefetch_token(p->r, batch, t, h, N);
+        prefetch_token(p->dy, batch, t, h, N);
+    }
+}
+
+/* One backward step over the rows of dS (row stride Np): on entry the gradient w.r.t. S_t, on
+ * exit w.r.t. S_{t-1} (Sp, row stride sps). Writes dv (per row) and the sums over rows dk, db,
+ * dd, da (see rwkv7.cpp). */
+template <int NV>
+inline void backward_rows(float* dS, const float* Sp, int64_t sps, int nv_rt, int64_t Np,
+                          const Tok7& x, float* __restrict dk, float* __restrict db,
+                          float* __restrict dd, float* __restrict da,
+                          float* __restrict dv) noexcept {
+    const int nv = NV ? NV : nv_rt;
+    for (int64_t j = 0; j < Np; j += W) {
+        V::store(dk + j, V::zero());
+        V::store(db + j, V::zero());
+        V::store(dd + j, V::zero());
+        V::store(da + j, V::zero());
+    }
+    for (int64_t ib = 0; ib < Np; ib += kRows) {
+        float* g[kRows];
+        const float* sp[kRows];
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) {
+            g[u] = dS + (ib + u) * Np;
+            sp[u] = Sp + (ib + u) * sps;
+        }
+        T dyb[kRows], vb[kRows], sab[kRows];
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; u += 4) {
+            const __m128 d4 = _mm_loadu_ps(x.dy + ib + u), v4 = _mm_loadu_ps(x.v + ib + u);
+            const __m128 s4 = _mm_loadu_ps(x.sa + ib + u);
+            dyb[u] = V::bcast<0>(d4);
+            dyb[u + 1] = V::bcast<1>(d4);
+            dyb[u + 2] = V::bcast<2>(d4);
+            dyb[u + 3] = V::bcast<3>(d4);
+            vb[u] = V::bcast<0>(v4);
+            vb[u + 1] = V::bcast<1>(v4);
+            vb[u + 2] = V::bcast<2>(v4);
+            vb[u + 3] = V::bcast<3>(v4);
+            sab[u] = V::bcast<0>(s4);
+            sab[u + 1] = V::bcast<1>(s4);
+            sab[u + 2] = V::bcast<2>(s4);
+            sab[u + 3] = V::bcast<3>(s4);
+        }
+
+        /* g = dS + dy r^T (stored);  dk += g^T v;  db += g^T sa;  dd += sum_i g * Sp;
+         * cv = g . k (dv);  cb = g . b (dsa) */
+        T cv[kRows], cb[kRows];
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) cv[u] = cb[u] = V::zero();
+#pragma GCC unroll 16
+        for (int q = 0; q < nv; ++q) {
+            const int64_t o = (int64_t)q * W;
+            const T rv = V::load(x.r + o), kv = V::load(x.k + o), bv = V::load(x.b + o);
+            T dkv = V::load(dk + o), dbv = V::load(db + o), ddv = V::load(dd + o);
+#pragma GCC unroll 16
+            for (int u = 0; u < kRows; ++u) {
+                const T gv = V::fma(dyb[u], rv, V::load(g[u] + o));
+                V::store(g[u] + o, gv);
+                dkv = V::fma(gv, vb[u], dkv);
+                dbv = V::fma(gv, sab[u], dbv);
+                ddv = V::fma(gv, V::load(sp[u] + o), ddv);
+                cv[u] = V::fma(gv, kv, cv[u]);
+                cb[u] = V::fma(gv, bv, cb[u]);
+            }
+            V::store(dk + o, dkv);
+            V::store(db + o, dbv);
+            V::store(dd + o, ddv);
+        }
+        T dsab[kRows];
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; u += 4) {
+            _mm_storeu_ps(dv + ib + u, V::hsum4(cv[u], cv[u + 1], cv[u + 2], cv[u + 3]));
+            const __m128 s4 = V::hsum4(cb[u], cb[u + 1], cb[u + 2], cb[u + 3]);
+            dsab[u] = V::bcast<0>(s4);
+            dsab[u + 1] = V::bcast<1>(s4);
+            dsab[u + 2] = V::bcast<2>(s4);
+            dsab[u + 3] = V::bcast<3>(s4);
+        }
+
+        /* da += Sp^T dsa;  dS = g decay + dsa a^T */
+#pragma GCC unroll 16
+        for (int q = 0; q < nv; ++q) {
+            const int64_t o = (int64_t)q * W;
+            const T decv = V::load(x.decay + o), av = V::load(x.a + o);
+            T dav = V::load(da + o);
+#pragma GCC unroll 16
+            for (int u = 0; u < kRows; ++u) {
+                dav = V::fma(V::load(sp[u] + o), dsab[u], dav);
+                V::store(g[u] + o, V::fma(V::load(g[u] + o), decv, V::mul(dsab[u], av)));
+            }
+            V::store(da + o, dav);
+        }
+    }
+}
+
+BackwardSizes backward_sizes7(const wkv_problem* p, const BackwardShape& shape, CheckedSize& c) {
+    const uint64_t Np = (uint64_t)padded(p->N);
+    BackwardSizes z;
+    z.replay_states = shape.max_len < K7 ? shape.max_len : K7;
+    const uint64_t R = (uint64_t)z.replay_states;
+    z.ckpt_floats = c.mul(c.mul((uint64_t)p->H, shape.segments), c.mul(Np, Np));
+    z.chunk_floats = c.add(c.mul(R + 1, c.mul(Np, Np)),
+                           c.mul(c.add(c.mul((uint64_t)kTokRows, R), 6), Np));
+    return z;
+}
+
+template <int NV>
+void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noexcept {
+    const wkv_problem* p = job->p;
+    const int64_t H = p->H, N = p->N, Np = padded(N);
+    const int nv = (int)(Np / W);
+    const size_t n2 = (size_t)(Np * Np);
+    const int64_t s = item / H, h = item % H;
+    int64_t batch, t0, t1;
+    wkv_problem_sequence(p, s, &batch, &t0, &t1);
+    const int64_t len = t1 - t0;
+    const int64_t R = job->layout.replay_states;
+
+    float* dS = scratch;
+    float* replay = dS + n2;                         /* R states */
+    float* toks = replay + (size_t)R * n2;           /* R token records */
+    float* sums = toks + (size_t)(R * kTokRows * Np); /* dk db dd da dv dw */
+    float* dk = sums;
+    float* db = sums + Np;
+    float* dd = sums + 2 * Np;
+    float* da = sums + 3 * Np;
+    float* dv = sums + 4 * Np;
+    float* dw = sums + 5 * Np;
+
+    if (len == 0) { /* nothing flows through but the state gradient */
+        if (view_present(p->dstate_in)) {
+            state_in_padded(p->dstate_out, s, h, N, Np, dS);
+            state_out_padded(p->dstate_in, s, h, N, Np, dS);
+        }
+        return;
+    }
+
+    const int64_t nseg = segment_count(len, K7);
+    const int64_t seg0 = job->first_segment(s);
+    float* ck = job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)h * (size_t)nseg) * n2;
+
+    /* 1. checkpoints: ck[g] = the state before token t0 + g K, run in place in replay[0] */
+    state_in_padded(p->state_in, s, h, N, Np, ck);
+    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t) prefetch_tok7(p, batch, t, h, false);
+    for (int64_t g = 0; g + 1 < nseg; ++g) {
+        const float* src = ck + (size_t)g * n2;
+        for (int64_t u = 0; u < K7; ++u) {
+            const int64_t t = t0 + g * K7 + u;
+            if (t + kPrefetchAhead < t1) prefetch_tok7(p, batch, t + kPrefetchAhead, h, false);
+            const Tok7 x = load_tok7(p, batch, t, h, Np, toks, false);
+            float* dst = u + 1 == K7 ? ck + (size_t)(g + 1) * n2 : replay;
+            step_rows<NV, false>(src, Np, dst, Np, nv, Np, x.decay, x.k, x.v, x.a, x.b, nullptr,
+                                 nullptr, nullptr);
+            src = dst;
+        }
+    }
+
+    /* 2. segments in reverse: replay (keeping sa, dr and the rows), then sweep backward */
+    state_in_padded(p->dstate_out, s, h, N, Np, dS);
+    Tok7 tok[K7];
+    for (int64_t g = nseg - 1; g >= 0; --g) {
+        const int64_t ts = t0 + g * K7;
+        const int64_t m = t1 - ts < K7 ? t1 - ts : K7;
+        const float* start = ck + (size_t)g * n2;
+        for (int64_t t = ts; t < ts + kPrefetchAhead && t < ts + m; ++t) prefetch_tok7(p, batch, t, h, true);
+        for (int64_t u = 0; u < m; ++u) {
+            const int64_t t = ts + u;
+            if (u + kPrefetchAhead < m) prefetch_tok7(p, batch, t + kPrefetchAhead, h, true);
+            tok[u] = load_tok7(p, batch, t, h, Np, toks + (size_t)(u * kTokRows * Np), true);
+            const Tok7& x = tok[u];
+            step_rows<NV, false, true>(u == 0 ? start : replay + (size_t)(u - 1) * n2, Np,
+                                       replay + (size_t)u * n2, Np, nv, Np, x.decay, x.k, x.v,
+                                       x.a, x.b, x.dy, x.dr, x.sa);
+        }
+        for (int64_t u = m - 1; u >= 0; --u) {
+            const int64_t t = ts + u;
+            const Tok7& x = tok[u];
+            const float* Sp = u == 0 ? start : replay + (size_t)(u - 1) * n2; /* S_{t-1} */
+            backward_rows<NV>(dS, Sp, Np, nv, Np, x, dk, db, dd, da, dv);
+            for (int64_t j = 0; j < Np; j += W)
+                V::store(dw + j, V::mul(V::load(dd + j), V::load(x.ddw + j)));
+            token_out(p->dr, batch, t, h, N, x.dr);
+            token_out(p->dw, batch, t, h, N, dw);
+            token_out(p->dk, batch, t, h, N, dk);
+            token_out(p->dv, batch, t, h, N, dv);
+            token_out(p->da, batch, t, h, N, da);
+            token_out(p->db, batch, t, h, N, db);
+        }
+    }
+
+    /* 3. */
+    state_out_padded(p->dstate_in, s, h, N, Np, dS);
+}
+
+void backward_item7(const BackwardJob* job, int64_t item, float* scratch) noexcept {
+    switch (job->p->N) {
+    case 32: backward_item7_nv<32 / W>(job, item, scratch); return;
+    case 64: backward_item7_nv<64 / W>(job, item, scratch); return;
+    case 128: backward_item7_nv<128 / W>(job, item, scratch); return;
+    default: backward_item7_nv<0>(job, item, scratch); return;
+    }
+}
+
 /* Puts this ISA's RWKV-7 functions into op (a copy of the scalar kRwkv7Op). */
 inline void install_rwkv7(OpDesc* op) noexcept {
+    op->backward_sizes = backward_sizes7;
+    op->backward_item = backward_item7;
     op->forward_group = forward_group7;
     op->forward_chunk_floats = forward_chunk_floats7;
     op->forward_item = forward_item7;
