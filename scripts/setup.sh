@@ -8,6 +8,9 @@ packages=(cmake g++ make pkg-config doctest-dev)
 # compiler and validator, and for its tests a CPU Vulkan device (Mesa's lavapipe) with the
 # Khronos validation layer.
 packages+=(libvulkan-dev libvulkan1 mesa-vulkan-drivers glslang-tools spirv-tools vulkan-validationlayers)
+# Reliability checks (README.md, "Reliability"): clang with libFuzzer and its sanitizer runtimes
+# (and llvm-symbolizer for readable reports), valgrind, and abigail-tools for the ABI baseline.
+packages+=(clang libclang-rt-dev llvm valgrind abigail-tools)
 
 missing=()
 for p in "${packages[@]}"; do

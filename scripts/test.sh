@@ -1,8 +1,69 @@
 #!/usr/bin/env bash
-# Set up, build, and run every test (ctest: the doctest suites, the plugin loader test, the
-# golden files through wkv-bench, the installed-package consumer check).
+# Set up, build, and run every test: the reliability checks (README.md, "Reliability") and then
+# ctest on the release build (the doctest suites, the plugin loader test, the golden files
+# through wkv-bench, the installed-package consumer check, the Python suite, the threading
+# stress test, the exported-symbol and ABI checks).
+#
+# Reliability checks, each in its own build directory:
+#   asan      wkv_tests and wkv_plugin_tests under ASan + UBSan (halt on the first report), and
+#             the Python suite against the ASan libwkv with the ASan runtime preloaded
+#   tsan      the threading stress test (tests/stress) under ThreadSanitizer
+#   valgrind  memcheck over the CPU doctest suite's bad-input, validation and op-level cases
+#   fuzz      each libFuzzer harness for WKV_FUZZ_SECONDS (default 50) from the seed corpus
+# WKV_TEST_SKIP="asan tsan valgrind fuzz" (any subset) skips some, e.g. for a quick local run;
+# CI runs them all. Arguments go to the final ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"
+
+skip=" ${WKV_TEST_SKIP:-} "
+t0=$(date +%s)
+step() { echo; echo "==== $* [$(( $(date +%s) - t0 ))s]"; }
+want() { [[ "$skip" != *" $1 "* ]]; }
+jobs=$(nproc)
+
+if want asan; then
+  step "asan: configure + build (build-asan)"
+  cmake --preset asan -DWKV_VULKAN=OFF -DWKV_CUDA=OFF -DWKV_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build --preset asan -j"$jobs" --target wkv_tests wkv_plugin_tests >/dev/null
+  step "asan: wkv_tests, wkv_plugin_tests under ASan + UBSan"
+  ctest --preset asan -R '^(wkv_tests|wkv_plugin_tests)$' -j2
+  step "asan: the Python suite with libasan preloaded"
+  libasan=$(gcc -print-file-name=libasan.so)
+  WKV_LIBRARY=$PWD/build-asan/libwkv.so WKV_GOLDEN_DIR=$PWD/tests/golden PYTHONDONTWRITEBYTECODE=1 \
+    LD_PRELOAD="$libasan" ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    python3 -m pytest -q -p no:cacheprovider bindings/python/tests
+fi
+
+if want tsan; then
+  step "tsan: configure + build (build-tsan)"
+  cmake --preset tsan -DWKV_BUILD_TOOLS=OFF -DWKV_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build --preset tsan -j"$jobs" --target wkv_stress >/dev/null
+  step "tsan: the threading stress test"
+  ctest --preset tsan
+fi
+
+if want valgrind; then
+  # The whole CPU suite under memcheck takes too long for CI (the random and golden sweeps, the
+  # safetensors reader's malformed-file sweep); these 25 cases cover every entry point, every
+  # failure path, and each op forward + backward with states, packing and strides.
+  step "valgrind: memcheck over the CPU suite's validation and op-level cases"
+  cases='bad*,*valid fixture*,overflowing*,aliasing*,in-place*,*struct is accepted*,null context*'
+  cases+=',wkv_context_synchronize*,status strings*,failures are silent*,*busy context*'
+  cases+=',rwkv4: packed*,rwkv6: packed*,rwkv7 random: packed*,rwkv7 random: strided*'
+  cases+=',rwkv4: bad inputs*,rwkv6: bad inputs*,rwkv7 random: key-major*,rwkv7 random: in-place*'
+  cases+=',golden: files that are valid*'
+  valgrind --tool=memcheck --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
+    --show-leak-kinds=definite --track-origins=no --quiet \
+    build/tests/wkv_tests -tc="$cases" -tce="*WKV_BACKEND*" --no-intro
+fi
+
+if want fuzz; then
+  step "fuzz: libFuzzer harnesses, ${WKV_FUZZ_SECONDS:-50} s each"
+  scripts/fuzz.sh
+fi
+
+step "ctest (release build)"
+ctest --test-dir build --output-on-failure -j"$jobs" "$@"
