@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "golden.h"
+#include "test_isa.h"
 #include "test_util_ops.h"
 
 using namespace wkvtest;
@@ -763,4 +764,30 @@ TEST_CASE("rwkv6: bad inputs of the new fields") {
                           [](Fixture& fx) { fx.f.u.data = nullptr; });
     expect_backward_fails("du overlaps dr", WKV_ERROR_ALIASING, "overlaps",
                           [](Fixture& fx) { fx.g.du.data = fx.dr.buf.data(); });
+}
+
+TEST_CASE("rwkv6: every CPU path this machine runs against the reference") {
+    // The instruction-set paths (WKV_CPU_ISA) differ in their float32 operation order, their
+    // N = 32/64/128 code, padding of other N, head groups and 16-bit conversions (ctest's
+    // wkv_tests_isa_<path> entries run this whole file on each path too).
+    const uint64_t seed = test_seed();
+    for (const std::string& isa : runnable_cpu_isas()) {
+        ScopedIsa scope(isa.c_str());
+        INFO("WKV_CPU_ISA=" << isa);
+        Config c = full_state(Config{});
+        c.B = 2, c.T = 40, c.H = 3, c.N = 64, c.threads = 2;
+        check_config(c, seed + 100);
+        c.N = 32, c.T = 1, c.dtype = WKV_DTYPE_BF16, c.in_place = true, c.form = WKV_DECAY_LOG;
+        check_config(c, seed + 101);
+        c = full_state(Config{});
+        c.B = 1, c.T = 33, c.H = 2, c.N = 128, c.dtype = WKV_DTYPE_F16, c.key_major = true;
+        c.form = WKV_DECAY_CLAMPW;
+        check_config(c, seed + 102);
+        c = Config{};
+        c.B = 3, c.T = 17, c.H = 2, c.N = 16, c.layout = Layout::Transposed, c.state_out = true;
+        check_config(c, seed + 103);
+        c = full_state(Config{});
+        c.B = 1, c.T = 35, c.H = 2, c.N = 24, c.form = WKV_DECAY_DIRECT, c.threads = 1;
+        check_config(c, seed + 104, {20, 0, 15, 0});
+    }
 }

@@ -15,6 +15,7 @@
 #include "cpu_internal.h"
 #include "half.h"
 #include "op_common.h"
+#include "rwkv6.h"
 #include "rwkv7.h"
 #include "tensor_access.h"
 
@@ -22,10 +23,11 @@
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"))), apply_to = function)
 #else
 #pragma GCC push_options
-/* GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own _mm512_undefined_*()
+/* GCC 12's avx512fintrin.h trips -W(maybe-)uninitialized on its own _mm512_undefined_*()
  * (GCC bug 105593) */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")
 #endif
 
@@ -35,10 +37,14 @@ namespace {
 #include "simd_avx512.inl"
 #include "simd_common.inl"
 #include "rwkv7_simd.inl"
+#include "rwkv6_simd.inl"
 } // namespace
 } // namespace isa_avx512
 
-void install_avx512(OpSet* ops) noexcept { isa_avx512::install_rwkv7(&ops->rwkv7); }
+void install_avx512(OpSet* ops) noexcept {
+    isa_avx512::install_rwkv7(&ops->rwkv7);
+    isa_avx512::install_rwkv6(&ops->rwkv6);
+}
 
 } // namespace wkv_cpu
 

@@ -154,27 +154,14 @@ inline void prefetch_token7(const wkv_problem* p, int64_t batch, int64_t t, int6
     if (with_y) prefetch_token(p->y, batch, t, h, N);
 }
 
-/* Heads per forward item, walked token-major (each token for every head of the group, then
- * the next token): the group's rows of one token are adjacent in a [B, T, H, N] tensor, where
- * one head's rows of successive tokens are H * N elements apart, each on a page of its own (see
- * kPrefetchAhead) — measured 2-2.5x faster at T = 4096, H = 32 (backends/cpu/NOTES.md). The
- * group's states (kGroupStateBytes at most) stay in L2. As many heads as that allows, but
- * enough items for every thread: min(kGroupStateBytes / state, ceil(H / ceil(threads /
- * num_seqs))). Every head is computed the same way whatever its group. */
-constexpr int64_t kMaxGroup = 64;
-constexpr int64_t kGroupStateBytes = 256 * 1024;
-
 int64_t forward_group7(const wkv_problem* p, int64_t threads) {
-    const int64_t Np = padded(p->N), H = p->H;
-    int64_t g = kGroupStateBytes / (4 * Np * Np);
-    const int64_t per_seq = (threads + p->num_seqs - 1) / (p->num_seqs > 0 ? p->num_seqs : 1);
-    const int64_t want = per_seq > 1 ? (H + per_seq - 1) / per_seq : H;
-    if (g > want) g = want;
-    if (g > kMaxGroup) g = kMaxGroup;
 #ifdef WKV_RWKV7_GROUP /* a fixed group, for experiments (NOTES.md) */
-    g = WKV_RWKV7_GROUP;
+    (void)p;
+    (void)threads;
+    return WKV_RWKV7_GROUP;
+#else
+    return head_group(p, threads);
 #endif
-    return g < 1 ? 1 : g;
 }
 
 uint64_t forward_chunk_floats7(const wkv_problem* p, int64_t group, CheckedSize& c) {
@@ -306,18 +293,30 @@ inline Tok7 load_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
     return x;
 }
 
+template <int kLevel = 3>
 inline void prefetch_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
                           bool with_grads) noexcept {
     const int64_t N = p->N;
-    prefetch_token(p->w, batch, t, h, N);
-    prefetch_token(p->k, batch, t, h, N);
-    prefetch_token(p->v, batch, t, h, N);
-    prefetch_token(p->a, batch, t, h, N);
-    prefetch_token(p->b, batch, t, h, N);
+    prefetch_token<kLevel>(p->w, batch, t, h, N);
+    prefetch_token<kLevel>(p->k, batch, t, h, N);
+    prefetch_token<kLevel>(p->v, batch, t, h, N);
+    prefetch_token<kLevel>(p->a, batch, t, h, N);
+    prefetch_token<kLevel>(p->b, batch, t, h, N);
     if (with_grads) {
-        prefetch_token(p->r, batch, t, h, N);
-        prefetch_token(p->dy, batch, t, h, N);
+        prefetch_token<kLevel>(p->r, batch, t, h, N);
+        prefetch_token<kLevel>(p->dy, batch, t, h, N);
     }
+}
+
+/* prefetch_token_w() for the gradients of token t */
+inline void prefetch_grads7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h) noexcept {
+    const int64_t N = p->N;
+    prefetch_token_w(p->dr, batch, t, h, N);
+    prefetch_token_w(p->dw, batch, t, h, N);
+    prefetch_token_w(p->dk, batch, t, h, N);
+    prefetch_token_w(p->dv, batch, t, h, N);
+    prefetch_token_w(p->da, batch, t, h, N);
+    prefetch_token_w(p->db, batch, t, h, N);
 }
 
 /* One backward step over the rows of dS (row stride Np): on entry the gradient w.r.t. S_t, on
@@ -492,8 +491,11 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
                                        replay + (size_t)u * n2, Np, nv, Np, x.decay, x.k, x.v,
                                        x.a, x.b, x.dy, x.dr, x.sa);
         }
+        for (int64_t t = ts + m - 1; t > ts + m - 1 - kPrefetchAhead && t >= ts; --t)
+            prefetch_grads7(p, batch, t, h);
         for (int64_t u = m - 1; u >= 0; --u) {
             const int64_t t = ts + u;
+            if (u >= kPrefetchAhead) prefetch_grads7(p, batch, t - kPrefetchAhead, h);
             const Tok7& x = tok[u];
             const float* Sp = u == 0 ? start : replay + (size_t)(u - 1) * n2; /* S_{t-1} */
             backward_rows<NV>(dS, Sp, Np, nv, Np, x, dk, db, dd, da, dv);
