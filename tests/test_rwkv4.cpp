@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "golden.h"
+#include "test_isa.h"
 #include "test_util_ops.h"
 
 using namespace wkvtest;
@@ -814,4 +815,34 @@ TEST_CASE("rwkv4: bad inputs of the new fields") {
                           [](Fixture& fx) { fx.f.decay_form = WKV_DECAY_DIRECT; });
     expect_backward_fails("forward r given", WKV_ERROR_INVALID_ARGUMENT, "desc->forward->r",
                           [](Fixture& fx) { fx.f.r = fx.extra1.view(); });
+}
+
+TEST_CASE("rwkv4: every CPU path this machine runs against the reference") {
+    // The instruction-set paths (WKV_CPU_ISA) turn every branch of the recurrence into blends
+    // and walk runs of channel blocks token by token in the forward; their backward runs where
+    // C is a multiple of the vector width (ctest's wkv_tests_isa_<path> entries run this whole
+    // file on each path too).
+    const uint64_t seed = test_seed();
+    for (const std::string& isa : runnable_cpu_isas()) {
+        ScopedIsa scope(isa.c_str());
+        INFO("WKV_CPU_ISA=" << isa);
+        Config c = full_state(Config{});
+        c.B = 2, c.T = 40, c.C = 64, c.threads = 2;
+        check_config(c, seed + 100);
+        c.B = 1, c.T = 300, c.C = 96, c.k_std = 20.0, c.threads = 1;
+        const Results r = check_config(c, seed + 101);
+        CHECK(all_finite(r.y));
+        CHECK(all_finite(r.dk));
+        c = full_state(Config{});
+        c.B = 1, c.T = 46, c.C = 48, c.dtype = WKV_DTYPE_F16, c.in_place = true;
+        c.interleaved = true;
+        check_config(c, seed + 102, {5, 0, 40, 1});
+        c = Config{};
+        c.B = 3, c.T = 17, c.C = 32, c.layout = Layout::Transposed, c.state_out = true;
+        c.dtype = WKV_DTYPE_BF16, c.k_uniform = 60.0;
+        check_config(c, seed + 103);
+        c = full_state(Config{});
+        c.B = 2, c.T = 1, c.C = 160, c.threads = 3;
+        check_config(c, seed + 104);
+    }
 }

@@ -15,6 +15,7 @@
 #include "cpu_internal.h"
 #include "half.h"
 #include "op_common.h"
+#include "rwkv4.h"
 #include "rwkv6.h"
 #include "rwkv7.h"
 #include "tensor_access.h"
@@ -33,12 +34,14 @@ namespace {
 #include "simd_common.inl"
 #include "rwkv7_simd.inl"
 #include "rwkv6_simd.inl"
+#include "rwkv4_simd.inl"
 } // namespace
 } // namespace isa_avx2
 
 void install_avx2(OpSet* ops) noexcept {
     isa_avx2::install_rwkv7(&ops->rwkv7);
     isa_avx2::install_rwkv6(&ops->rwkv6);
+    isa_avx2::install_rwkv4(&ops->rwkv4);
 }
 
 } // namespace wkv_cpu

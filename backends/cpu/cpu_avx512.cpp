@@ -15,6 +15,7 @@
 #include "cpu_internal.h"
 #include "half.h"
 #include "op_common.h"
+#include "rwkv4.h"
 #include "rwkv6.h"
 #include "rwkv7.h"
 #include "tensor_access.h"
@@ -38,12 +39,14 @@ namespace {
 #include "simd_common.inl"
 #include "rwkv7_simd.inl"
 #include "rwkv6_simd.inl"
+#include "rwkv4_simd.inl"
 } // namespace
 } // namespace isa_avx512
 
 void install_avx512(OpSet* ops) noexcept {
     isa_avx512::install_rwkv7(&ops->rwkv7);
     isa_avx512::install_rwkv6(&ops->rwkv6);
+    isa_avx512::install_rwkv4(&ops->rwkv4);
 }
 
 } // namespace wkv_cpu

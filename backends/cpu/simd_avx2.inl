@@ -2,10 +2,11 @@
  * inside its `#pragma GCC target` region and its own namespace (see isa.h); the kernels
  * (*_simd.inl) are written against this interface, which simd_avx512.inl provides too:
  *   T, M (a lane mask), W; load/store (any alignment), zero, set1, arithmetic, fma(a,b,c) =
- *   a*b + c, fnma(a,b,c) = c - a*b, comparisons to M, blend(m, a, b) = m ? a : b;
+ *   a*b + c, fnma(a,b,c) = c - a*b; comparisons ge eq lt gt (false where NaN) and finite
+ *   (|a| < inf) to M; blend(m, a, b) = m ? a : b; scale2(x, n) = x * 2^n for integer-valued n;
  *   hsum4(a0..a3) -> the four lane sums as one __m128; bcast<L>(__m128) -> lane L everywhere;
- *   pow2i (2^n for integer-valued n in [-126, 127]); 16-bit loads and stores (f16 with F16C,
- *   bf16 by shifting; rounding to nearest even, NaN stays NaN). */
+ *   16-bit loads and stores (f16 with F16C, bf16 by shifting; rounding to nearest even, NaN
+ *   stays NaN). */
 struct V {
     using T = __m256;
     using M = __m256; /* all-ones lanes */
@@ -29,6 +30,11 @@ struct V {
     static inline T round(T a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
     static inline M ge(T a, T b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
     static inline M eq(T a, T b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+    static inline M lt(T a, T b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+    static inline M gt(T a, T b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+    static inline M finite(T a) {
+        return _mm256_cmp_ps(abs(a), _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
+    }
     static inline T blend(M m, T a, T b) { return _mm256_blendv_ps(b, a, m); }
 
     /* 2^n1 * 2^n2 with n = n1 + n2, n1 = floor(n / 2): exact for integer-valued n in

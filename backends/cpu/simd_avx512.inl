@@ -24,6 +24,11 @@ struct V {
     static inline T round(T a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
     static inline M ge(T a, T b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
     static inline M eq(T a, T b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+    static inline M lt(T a, T b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+    static inline M gt(T a, T b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+    static inline M finite(T a) {
+        return _mm512_cmp_ps_mask(abs(a), _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
+    }
     static inline T blend(M m, T a, T b) { return _mm512_mask_blend_ps(m, b, a); }
 
     static inline T scale2(T x, T n) {

@@ -3,6 +3,7 @@
  * namespace. */
 
 using T = V::T;
+using M = V::M;
 constexpr int W = V::W;
 
 /* N rounded up to a multiple of W: the vector kernels' row length. Rows and states in scratch
