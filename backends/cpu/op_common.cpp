@@ -64,10 +64,13 @@ wkv_status plan_backward(const BackendState* st, const wkv_problem* p, const OpD
         shape.segments = c.mul((uint64_t)p->B, (uint64_t)segment_count(p->T, K));
         shape.max_len = p->T;
     }
-    shape.items = item_count(p, op, c);
+    shape.group = op.backward_group ? op.backward_group(p, st->args.num_threads) : 1;
+    if (shape.group < 1) shape.group = 1;
+    shape.items = item_count(p, op, c, shape.group);
 
     BackwardLayout L;
     L.items = shape.items > (uint64_t)INT64_MAX ? 0 : (int64_t)shape.items;
+    L.group = shape.group;
     L.chunks = chunk_count(st, L.items);
     const BackwardSizes sz = op.backward_sizes(p, shape, c);
     L.replay_states = sz.replay_states;

@@ -46,6 +46,7 @@ constexpr int64_t segment_count(int64_t len, int64_t K) noexcept { return (len +
 /* Where the backward's regions are (offsets from the aligned base, in bytes). */
 struct BackwardLayout {
     int64_t items = 0, chunks = 0;
+    int64_t group = 1; /* units per item (OpDesc::backward_group) */
     int64_t replay_states = 0; /* the op's R (BackwardSizes::replay_states) */
     uint64_t prefix_off = 0, ckpt_off = 0, part_off = 0, chunk_off = 0;
     uint64_t chunk_bytes = 0;
@@ -54,7 +55,8 @@ struct BackwardLayout {
 
 /* What the shared planner hands the op to size its regions. */
 struct BackwardShape {
-    uint64_t items;    /* num_seqs * items_per_seq (checked) */
+    uint64_t items;    /* num_seqs * ceil(items_per_seq / group) (checked) */
+    int64_t group;     /* units per item (OpDesc::backward_group; 1 without) */
     uint64_t segments; /* G: the sum over sequences of ceil(L_s / K) (checked) */
     int64_t max_len;   /* the longest sequence, in tokens */
 };
@@ -108,6 +110,9 @@ struct OpDesc {
      * `threads` workers: >= 1. NULL = 1 (the forward's items are the backward's). An op whose
      * units are independent gives the same results for every group. */
     int64_t (*forward_group)(const wkv_problem* p, int64_t threads);
+    /* The same for the backward: item = s * ceil(items_per_seq / group) + g walks units
+     * [g * group, ...) of sequence s. NULL = 1. */
+    int64_t (*backward_group)(const wkv_problem* p, int64_t threads);
 };
 
 wkv_status run_forward(const BackendState* st, const wkv_problem* p, const OpDesc& op,

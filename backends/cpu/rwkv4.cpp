@@ -444,7 +444,7 @@ wkv_status check(const wkv_problem* p, wkv_message* msg) {
 const OpDesc kRwkv4Op = {
     "RWKV-4", K, /* by_channel */ true, check, items_per_seq, forward_chunk_floats,
     forward_item, backward_sizes, backward_item, backward_reduce,
-    /* forward_group: 1 */ nullptr,
+    /* forward_group: 1 */ nullptr, /* backward_group: 1 */ nullptr,
 };
 
 } // namespace wkv_cpu

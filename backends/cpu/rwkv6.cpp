@@ -328,7 +328,7 @@ void backward_reduce(const BackwardJob* job) {
 const OpDesc kRwkv6Op = {
     "RWKV-6", K, /* by_channel */ false, check_decay_form, items_per_head, forward_chunk_floats,
     forward_item, backward_sizes, backward_item, backward_reduce,
-    /* forward_group: 1 */ nullptr,
+    /* forward_group: 1 */ nullptr, /* backward_group: 1 */ nullptr,
 };
 
 } // namespace wkv_cpu

@@ -332,7 +332,7 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
 const OpDesc kRwkv7Op = {
     "RWKV-7", K, /* by_channel */ false, check_decay_form, items_per_head, forward_chunk_floats,
     forward_item, backward_sizes, backward_item, /* backward_reduce: none */ nullptr,
-    /* forward_group: 1 */ nullptr,
+    /* forward_group: 1 */ nullptr, /* backward_group: 1 */ nullptr,
 };
 
 } // namespace wkv_cpu

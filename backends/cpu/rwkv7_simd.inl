@@ -246,20 +246,26 @@ void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scr
 }
 
 /* ----------------------------------------------------------------------------- backward
- * rwkv7.cpp's checkpoint + replay scheme (K = 32), with three changes that the vector layout
- * makes cheap:
+ * rwkv7.cpp's checkpoint + replay scheme (K = 32), with these changes:
+ *   - an item is a group of up to kBackwardGroup heads of a sequence (backward_group7), whose
+ *     input rows are read token-major, all the group's heads of a token together: in the
+ *     checkpoint pass as in the forward, and for each segment into the token records of every
+ *     head of the group (converted, with decay and d decay / d w), before the heads replay and
+ *     sweep it one after the other; the gradients go to the records too and are written
+ *     token-major after the last head. (One head per item read each token's rows from a page
+ *     of its own: NOTES.md, step 8.)
  *   - the replay of a segment keeps, per token, sa (from its sweep) and dr = S_t^T dy (the
  *     state it has just made), so the backward sweep needs only S_{t-1}, never S_t;
- *   - the token's input rows (converted, with decay and d decay / d w) are kept for the segment
- *     instead of being loaded twice (pointers into the tensors where they are float32 rows);
  *   - the backward sweep is one pass per kRows rows for g = dS + dy r^T with dk, db, dd and the
  *     dv, dsa sums, and a second for da and dS = g decay + dsa a^T.
- * Per chunk: dS, R replay states, R token records of kTokRows rows and 6 rows of sums, all Np
- * long; checkpoints are Np^2 each:
- *   checkpoints = H * G * Np^2 floats,  chunk = (R + 1) * Np^2 + (kTokRows * R + 6) * Np
- * (the same as rwkv7.cpp's for N = Np, but for the 10 R - 10 extra rows). */
+ * Workspace (floats), with G = the group, R = min(K, max_s L_s):
+ *   checkpoints = H * (sum_s ceil(L_s / K)) * Np^2   (as rwkv7.cpp's, N padded to Np)
+ *   chunk       = (G + R) * Np^2 + G * R * kTokRows * Np + Np
+ *                 (the group's dS, R replay states, G * R token records, one row of sums). */
 constexpr int64_t K7 = kRwkv7CheckpointInterval;
-constexpr int64_t kTokRows = 10; /* r k v a b dy decay ddw sa, and dr (w before it) */
+/* record rows: r k v a b dy decay ddw sa dr (w before it) dw dk dv da db */
+constexpr int64_t kTokRows = 15;
+constexpr int64_t kBackwardGroup = 4;
 
 /* One token's rows for the backward (each Np long). */
 struct Tok7 {
@@ -267,17 +273,23 @@ struct Tok7 {
     float *decay, *ddw, *sa, *dr;
 };
 
-/* Loads token t's rows into slot `rows` (kTokRows * Np floats): r k v a b dy as pointers (into
- * the tensors, or converted into the slot), decay and ddw computed. */
+/* Loads token t's rows into record `rows` (kTokRows * Np floats): r k v a b dy (only with
+ * grads) converted, or pointers into the tensors where they are float32 rows and !copy; decay
+ * and ddw (only with grads) computed. */
 inline Tok7 load_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h, int64_t Np,
-                      float* rows, bool with_grads) noexcept {
+                      float* rows, bool with_grads, bool copy) noexcept {
     const int64_t N = p->N;
+    auto in = [&](const wkv_view& v, float* buf) -> const float* {
+        const float* x = token_in(v, batch, t, h, N, Np, buf);
+        if (copy && x != buf) std::memcpy(buf, x, sizeof(float) * (size_t)Np);
+        return buf;
+    };
     Tok7 x;
     float* w = rows + 9 * Np; /* w shares the dr row: dr is written after decay is made */
-    x.k = token_in(p->k, batch, t, h, N, Np, rows + Np);
-    x.v = token_in(p->v, batch, t, h, N, Np, rows + 2 * Np);
-    x.a = token_in(p->a, batch, t, h, N, Np, rows + 3 * Np);
-    x.b = token_in(p->b, batch, t, h, N, Np, rows + 4 * Np);
+    x.k = copy ? in(p->k, rows + Np) : token_in(p->k, batch, t, h, N, Np, rows + Np);
+    x.v = copy ? in(p->v, rows + 2 * Np) : token_in(p->v, batch, t, h, N, Np, rows + 2 * Np);
+    x.a = copy ? in(p->a, rows + 3 * Np) : token_in(p->a, batch, t, h, N, Np, rows + 3 * Np);
+    x.b = copy ? in(p->b, rows + 4 * Np) : token_in(p->b, batch, t, h, N, Np, rows + 4 * Np);
     x.decay = rows + 6 * Np;
     x.ddw = rows + 7 * Np;
     x.sa = rows + 8 * Np;
@@ -285,11 +297,27 @@ inline Tok7 load_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
     decay_rows(p->decay_form, token_in(p->w, batch, t, h, N, Np, w), x.decay,
                with_grads ? x.ddw : nullptr, Np);
     if (with_grads) {
-        x.r = token_in(p->r, batch, t, h, N, Np, rows);
-        x.dy = token_in(p->dy, batch, t, h, N, Np, rows + 5 * Np);
+        x.r = copy ? in(p->r, rows) : token_in(p->r, batch, t, h, N, Np, rows);
+        x.dy = copy ? in(p->dy, rows + 5 * Np) : token_in(p->dy, batch, t, h, N, Np, rows + 5 * Np);
     } else {
         x.r = x.dy = nullptr;
     }
+    return x;
+}
+
+/* The record's rows, as load_tok7(copy = true) left them. */
+inline Tok7 record7(float* rows, int64_t Np) noexcept {
+    Tok7 x;
+    x.r = rows;
+    x.k = rows + Np;
+    x.v = rows + 2 * Np;
+    x.a = rows + 3 * Np;
+    x.b = rows + 4 * Np;
+    x.dy = rows + 5 * Np;
+    x.decay = rows + 6 * Np;
+    x.ddw = rows + 7 * Np;
+    x.sa = rows + 8 * Np;
+    x.dr = rows + 9 * Np;
     return x;
 }
 
@@ -306,17 +334,6 @@ inline void prefetch_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_
         prefetch_token<kLevel>(p->r, batch, t, h, N);
         prefetch_token<kLevel>(p->dy, batch, t, h, N);
     }
-}
-
-/* prefetch_token_w() for the gradients of token t */
-inline void prefetch_grads7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h) noexcept {
-    const int64_t N = p->N;
-    prefetch_token_w(p->dr, batch, t, h, N);
-    prefetch_token_w(p->dw, batch, t, h, N);
-    prefetch_token_w(p->dk, batch, t, h, N);
-    prefetch_token_w(p->dv, batch, t, h, N);
-    prefetch_token_w(p->da, batch, t, h, N);
-    prefetch_token_w(p->db, batch, t, h, N);
 }
 
 /* One backward step over the rows of dS (row stride Np): on entry the gradient w.r.t. S_t, on
@@ -412,14 +429,23 @@ inline void backward_rows(float* dS, const float* Sp, int64_t sps, int nv_rt, in
     }
 }
 
+int64_t backward_group7(const wkv_problem* p, int64_t threads) {
+    const int64_t seqs = p->num_seqs > 0 ? p->num_seqs : 1;
+    const int64_t per_seq = (threads + seqs - 1) / seqs;
+    const int64_t want = per_seq > 1 ? (p->H + per_seq - 1) / per_seq : p->H;
+    const int64_t g = want < kBackwardGroup ? want : kBackwardGroup;
+    return g < 1 ? 1 : g;
+}
+
 BackwardSizes backward_sizes7(const wkv_problem* p, const BackwardShape& shape, CheckedSize& c) {
-    const uint64_t Np = (uint64_t)padded(p->N);
+    const uint64_t Np = (uint64_t)padded(p->N), G = (uint64_t)shape.group;
     BackwardSizes z;
     z.replay_states = shape.max_len < K7 ? shape.max_len : K7;
     const uint64_t R = (uint64_t)z.replay_states;
     z.ckpt_floats = c.mul(c.mul((uint64_t)p->H, shape.segments), c.mul(Np, Np));
-    z.chunk_floats = c.add(c.mul(R + 1, c.mul(Np, Np)),
-                           c.mul(c.add(c.mul((uint64_t)kTokRows, R), 6), Np));
+    z.chunk_floats = c.add(c.add(c.mul(c.add(G, R), c.mul(Np, Np)),
+                                 c.mul(c.mul(c.mul(G, R), (uint64_t)kTokRows), Np)),
+                           Np);
     return z;
 }
 
@@ -429,89 +455,109 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
     const int64_t H = p->H, N = p->N, Np = padded(N);
     const int nv = (int)(Np / W);
     const size_t n2 = (size_t)(Np * Np);
-    const int64_t s = item / H, h = item % H;
+    const int64_t G = job->layout.group, groups = (H + G - 1) / G;
+    const int64_t s = item / groups, h0 = item % groups * G;
+    const int64_t nh = h0 + G < H ? G : H - h0;
     int64_t batch, t0, t1;
     wkv_problem_sequence(p, s, &batch, &t0, &t1);
     const int64_t len = t1 - t0;
     const int64_t R = job->layout.replay_states;
 
-    float* dS = scratch;
-    float* replay = dS + n2;                         /* R states */
-    float* toks = replay + (size_t)R * n2;           /* R token records */
-    float* sums = toks + (size_t)(R * kTokRows * Np); /* dk db dd da dv dw */
-    float* dk = sums;
-    float* db = sums + Np;
-    float* dd = sums + 2 * Np;
-    float* da = sums + 3 * Np;
-    float* dv = sums + 4 * Np;
-    float* dw = sums + 5 * Np;
+    float* dSs = scratch;                       /* G states */
+    float* replay = dSs + (size_t)G * n2;       /* R states */
+    float* recs = replay + (size_t)R * n2;      /* G * R records */
+    float* dd = recs + (size_t)(G * R * kTokRows * Np);
+    const size_t rec_floats = (size_t)(kTokRows * Np);
+    auto rec = [&](int64_t j, int64_t u) { return recs + (size_t)(j * R + u) * rec_floats; };
 
     if (len == 0) { /* nothing flows through but the state gradient */
-        if (view_present(p->dstate_in)) {
-            state_in_padded(p->dstate_out, s, h, N, Np, dS);
-            state_out_padded(p->dstate_in, s, h, N, Np, dS);
-        }
+        if (view_present(p->dstate_in))
+            for (int64_t j = 0; j < nh; ++j) {
+                state_in_padded(p->dstate_out, s, h0 + j, N, Np, dSs);
+                state_out_padded(p->dstate_in, s, h0 + j, N, Np, dSs);
+            }
         return;
     }
 
     const int64_t nseg = segment_count(len, K7);
     const int64_t seg0 = job->first_segment(s);
-    float* ck = job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)h * (size_t)nseg) * n2;
+    auto ck = [&](int64_t j, int64_t g) {
+        return job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)(h0 + j) * (size_t)nseg + (size_t)g) * n2;
+    };
+    auto prefetch_all = [&](int64_t t, bool grads) {
+        for (int64_t j = 0; j < nh; ++j) prefetch_tok7(p, batch, t, h0 + j, grads);
+    };
 
-    /* 1. checkpoints: ck[g] = the state before token t0 + g K, run in place in replay[0] */
-    state_in_padded(p->state_in, s, h, N, Np, ck);
-    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t) prefetch_tok7(p, batch, t, h, false);
+    /* 1. checkpoints: ck(j, g) = head j's state before token t0 + g K, token-major over the
+     *    group (each head runs in place in replay[j]; nseg > 1 means R = K >= G) */
+    for (int64_t j = 0; j < nh; ++j) state_in_padded(p->state_in, s, h0 + j, N, Np, ck(j, 0));
+    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t) prefetch_all(t, false);
     for (int64_t g = 0; g + 1 < nseg; ++g) {
-        const float* src = ck + (size_t)g * n2;
         for (int64_t u = 0; u < K7; ++u) {
             const int64_t t = t0 + g * K7 + u;
-            if (t + kPrefetchAhead < t1) prefetch_tok7(p, batch, t + kPrefetchAhead, h, false);
-            const Tok7 x = load_tok7(p, batch, t, h, Np, toks, false);
-            float* dst = u + 1 == K7 ? ck + (size_t)(g + 1) * n2 : replay;
-            step_rows<NV, false>(src, Np, dst, Np, nv, Np, x.decay, x.k, x.v, x.a, x.b, nullptr,
-                                 nullptr, nullptr);
-            src = dst;
+            if (t + kPrefetchAhead < t1) prefetch_all(t + kPrefetchAhead, false);
+            for (int64_t j = 0; j < nh; ++j) {
+                const Tok7 x = load_tok7(p, batch, t, h0 + j, Np, rec(0, 0), false, false);
+                const float* src = u == 0 ? ck(j, g) : replay + (size_t)j * n2;
+                float* dst = u + 1 == K7 ? ck(j, g + 1) : replay + (size_t)j * n2;
+                step_rows<NV, false>(src, Np, dst, Np, nv, Np, x.decay, x.k, x.v, x.a, x.b,
+                                     nullptr, nullptr, nullptr);
+            }
         }
     }
 
-    /* 2. segments in reverse: replay (keeping sa, dr and the rows), then sweep backward */
-    state_in_padded(p->dstate_out, s, h, N, Np, dS);
-    Tok7 tok[K7];
+    /* 2. segments in reverse: the group's records (token-major), then per head replay
+     *    (keeping sa and dr) and sweep backward, then the gradients (token-major) */
+    for (int64_t j = 0; j < nh; ++j)
+        state_in_padded(p->dstate_out, s, h0 + j, N, Np, dSs + (size_t)j * n2);
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = t0 + g * K7;
         const int64_t m = t1 - ts < K7 ? t1 - ts : K7;
-        const float* start = ck + (size_t)g * n2;
-        for (int64_t t = ts; t < ts + kPrefetchAhead && t < ts + m; ++t) prefetch_tok7(p, batch, t, h, true);
+        for (int64_t t = ts; t < ts + kPrefetchAhead && t < ts + m; ++t) prefetch_all(t, true);
+        for (int64_t u = 0; u < m; ++u) {
+            if (u + kPrefetchAhead < m) prefetch_all(ts + u + kPrefetchAhead, true);
+            for (int64_t j = 0; j < nh; ++j)
+                load_tok7(p, batch, ts + u, h0 + j, Np, rec(j, u), true, true);
+        }
+        for (int64_t j = 0; j < nh; ++j) {
+            const float* start = ck(j, g);
+            float* dS = dSs + (size_t)j * n2;
+            for (int64_t u = 0; u < m; ++u) {
+                const Tok7 x = record7(rec(j, u), Np);
+                step_rows<NV, false, true>(u == 0 ? start : replay + (size_t)(u - 1) * n2, Np,
+                                           replay + (size_t)u * n2, Np, nv, Np, x.decay, x.k,
+                                           x.v, x.a, x.b, x.dy, x.dr, x.sa);
+            }
+            for (int64_t u = m - 1; u >= 0; --u) {
+                float* r = rec(j, u);
+                const Tok7 x = record7(r, Np);
+                const float* Sp = u == 0 ? start : replay + (size_t)(u - 1) * n2; /* S_{t-1} */
+                float* dw = r + 10 * Np;
+                backward_rows<NV>(dS, Sp, Np, nv, Np, x, /* dk */ r + 11 * Np,
+                                  /* db */ r + 14 * Np, dd, /* da */ r + 13 * Np,
+                                  /* dv */ r + 12 * Np);
+                for (int64_t jj = 0; jj < Np; jj += W)
+                    V::store(dw + jj, V::mul(V::load(dd + jj), V::load(x.ddw + jj)));
+            }
+        }
         for (int64_t u = 0; u < m; ++u) {
             const int64_t t = ts + u;
-            if (u + kPrefetchAhead < m) prefetch_tok7(p, batch, t + kPrefetchAhead, h, true);
-            tok[u] = load_tok7(p, batch, t, h, Np, toks + (size_t)(u * kTokRows * Np), true);
-            const Tok7& x = tok[u];
-            step_rows<NV, false, true>(u == 0 ? start : replay + (size_t)(u - 1) * n2, Np,
-                                       replay + (size_t)u * n2, Np, nv, Np, x.decay, x.k, x.v,
-                                       x.a, x.b, x.dy, x.dr, x.sa);
-        }
-        for (int64_t t = ts + m - 1; t > ts + m - 1 - kPrefetchAhead && t >= ts; --t)
-            prefetch_grads7(p, batch, t, h);
-        for (int64_t u = m - 1; u >= 0; --u) {
-            const int64_t t = ts + u;
-            if (u >= kPrefetchAhead) prefetch_grads7(p, batch, t - kPrefetchAhead, h);
-            const Tok7& x = tok[u];
-            const float* Sp = u == 0 ? start : replay + (size_t)(u - 1) * n2; /* S_{t-1} */
-            backward_rows<NV>(dS, Sp, Np, nv, Np, x, dk, db, dd, da, dv);
-            for (int64_t j = 0; j < Np; j += W)
-                V::store(dw + j, V::mul(V::load(dd + j), V::load(x.ddw + j)));
-            token_out(p->dr, batch, t, h, N, x.dr);
-            token_out(p->dw, batch, t, h, N, dw);
-            token_out(p->dk, batch, t, h, N, dk);
-            token_out(p->dv, batch, t, h, N, dv);
-            token_out(p->da, batch, t, h, N, da);
-            token_out(p->db, batch, t, h, N, db);
+            for (int64_t j = 0; j < nh; ++j) {
+                const float* r = rec(j, u);
+                const int64_t h = h0 + j;
+                token_out(p->dr, batch, t, h, N, r + 9 * Np);
+                token_out(p->dw, batch, t, h, N, r + 10 * Np);
+                token_out(p->dk, batch, t, h, N, r + 11 * Np);
+                token_out(p->dv, batch, t, h, N, r + 12 * Np);
+                token_out(p->da, batch, t, h, N, r + 13 * Np);
+                token_out(p->db, batch, t, h, N, r + 14 * Np);
+            }
         }
     }
 
     /* 3. */
-    state_out_padded(p->dstate_in, s, h, N, Np, dS);
+    for (int64_t j = 0; j < nh; ++j)
+        state_out_padded(p->dstate_in, s, h0 + j, N, Np, dSs + (size_t)j * n2);
 }
 
 void backward_item7(const BackwardJob* job, int64_t item, float* scratch) noexcept {
@@ -525,6 +571,7 @@ void backward_item7(const BackwardJob* job, int64_t item, float* scratch) noexce
 
 /* Puts this ISA's RWKV-7 functions into op (a copy of the scalar kRwkv7Op). */
 inline void install_rwkv7(OpDesc* op) noexcept {
+    op->backward_group = backward_group7;
     op->backward_sizes = backward_sizes7;
     op->backward_item = backward_item7;
     op->forward_group = forward_group7;

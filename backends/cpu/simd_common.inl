@@ -153,17 +153,6 @@ inline void prefetch_token(const wkv_view& v, int64_t b, int64_t t, int64_t h,
     __builtin_prefetch(p + bytes - 1, 0, kLevel);
 }
 
-/* The same for a row about to be written (prefetch with intent to write). */
-inline void prefetch_token_w(const wkv_view& v, int64_t b, int64_t t, int64_t h,
-                             int64_t n) noexcept {
-    if (!view_present(v) || v.stride[3] != 1) return;
-    const int64_t es = wkv_elem_size(v.elem);
-    char* p = v.data + view_offset(v, b, t, h) * es;
-    const int64_t bytes = n * es;
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 1);
-    __builtin_prefetch(p + bytes - 1, 1);
-}
-
 /* A state slice [s, h, :, :] that the kernels can address in place: float32 rows of N
  * contiguous floats (stride[3] == 1, 4-byte aligned), N == Np. Returns row 0 and its row
  * stride, or NULL. */
