@@ -28,8 +28,14 @@ bool isa_supported(Isa isa) noexcept {
 #if WKV_CPU_X86_SIMD
     /* __builtin_cpu_supports reads cpuid once (libgcc / compiler-rt) and reports AVX and
      * AVX-512 only when the OS enables their register state (XCR0). */
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c");
+#if defined(__clang__)
+    /* Clang's __builtin_cpu_supports (14 at least) knows no "f16c": every AVX2 CPU has F16C
+     * (Intel since Ivy Bridge, AMD since Piledriver) */
+    const bool f16c = true;
+#else
+    const bool f16c = __builtin_cpu_supports("f16c");
+#endif
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2: return avx2;

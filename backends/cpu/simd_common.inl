@@ -198,13 +198,18 @@ inline void state_out_padded(const wkv_view& v, int64_t s, int64_t h, int64_t N,
  * elements apart, each on a page of its own (see kPrefetchAhead) — measured 2x faster at
  * T = 4096, H = 32 (backends/cpu/NOTES.md). The group's states (kGroupStateBytes at most) stay
  * in L2. As many heads as that allows, but enough items for every thread:
- * min(kGroupStateBytes / state, ceil(H / ceil(threads / num_seqs))). Every head is computed
- * the same way whatever its group. */
+ * min(kGroupStateBytes / state, ceil(H / ceil(threads / num_seqs))); one head per item when
+ * the sequences are kFewTokens long or less on average. Every head is computed the same way
+ * whatever its group. */
 constexpr int64_t kMaxGroup = 64;
+constexpr int64_t kFewTokens = 8;
 constexpr int64_t kGroupStateBytes = 256 * 1024;
 
 inline int64_t head_group(const wkv_problem* p, int64_t threads) noexcept {
     const int64_t Np = padded(p->N), H = p->H;
+    /* a few tokens per sequence (decode): nothing to gain from walking heads together, and one
+     * head per item spreads the work more evenly over the threads */
+    if (p->T <= kFewTokens * (p->num_seqs > 0 ? p->num_seqs : 1)) return 1;
     int64_t g = kGroupStateBytes / (4 * Np * Np);
     const int64_t seqs = p->num_seqs > 0 ? p->num_seqs : 1;
     const int64_t per_seq = (threads + seqs - 1) / seqs;
