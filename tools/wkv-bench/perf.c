@@ -7,6 +7,13 @@
 #include "bench.h"
 #include "wkv_tools.h"
 
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define PERF_X86 1
+#else
+#define PERF_X86 0
+#endif
+
 /* Nominal flop counts (used for GFLOP/s), counted from each recurrence as wkv.h writes it; a
  * multiply, add, max, divide or exp counts 1, lower-order terms are left out.
  * RWKV-7, per token and head (N = head size):
@@ -86,9 +93,12 @@ static void perf_usage(FILE* f) {
             "  --seed S       random seed (default 1)\n"
             "  --json         one JSON object per measurement per line, keys: op backend device\n"
             "                 dtype B T H N threads pass decay state repeat median_ms min_ms\n"
-            "                 tokens_per_s gflops gbps\n"
+            "                 tokens_per_s gflops gbps, and on the CPU backend peak_gflops\n"
+            "                 peak_frac\n"
             "\n"
             "Reported per measurement: median and minimum time per call; tokens/s = B*T / median;\n"
+            "on the CPU backend also the share of the machine's float32 FMA peak for the run's\n"
+            "threads (measured once: one thread's chains of AVX-512 or AVX2 FMAs, times threads);\n"
             "GFLOP/s from a nominal count of the recurrence as written (a multiply, add, max,\n"
             "divide or exp is 1; lower-order terms left out):\n"
             "  rwkv7  per token and head: forward %.0f*N^2 (sa 2N^2, update 5N^2, readout\n"
@@ -138,6 +148,80 @@ static int cmp_double(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
+/* ---- the machine's float32 FMA peak, measured: one thread, 12 independent chains of vector
+ * FMAs (two FMA units of latency 4 need 8) for the widest instruction set this CPU runs of
+ * those the CPU backend has (AVX-512, AVX2+FMA); 2 flops per lane per FMA. */
+#define PERF_FMA_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#if PERF_X86
+__attribute__((target("avx512f"))) static float perf_fma_avx512(long iters) {
+    const __m512 m = _mm512_set1_ps(0.9999999f), a = _mm512_set1_ps(1e-7f);
+#define PERF_DECL(i) __m512 x##i = _mm512_set1_ps(1.0f + (float)(i));
+    PERF_FMA_CHAINS(PERF_DECL)
+#undef PERF_DECL
+    for (long it = 0; it < iters; it++) {
+#define PERF_STEP(i) x##i = _mm512_fmadd_ps(x##i, m, a);
+        PERF_FMA_CHAINS(PERF_STEP)
+#undef PERF_STEP
+    }
+    __m512 sum = _mm512_setzero_ps();
+#define PERF_SUM(i) sum = _mm512_add_ps(sum, x##i);
+    PERF_FMA_CHAINS(PERF_SUM)
+#undef PERF_SUM
+    return _mm512_reduce_add_ps(sum);
+}
+__attribute__((target("avx2,fma"))) static float perf_fma_avx2(long iters) {
+    const __m256 m = _mm256_set1_ps(0.9999999f), a = _mm256_set1_ps(1e-7f);
+#define PERF_DECL(i) __m256 x##i = _mm256_set1_ps(1.0f + (float)(i));
+    PERF_FMA_CHAINS(PERF_DECL)
+#undef PERF_DECL
+    for (long it = 0; it < iters; it++) {
+#define PERF_STEP(i) x##i = _mm256_fmadd_ps(x##i, m, a);
+        PERF_FMA_CHAINS(PERF_STEP)
+#undef PERF_STEP
+    }
+    __m256 sum = _mm256_setzero_ps();
+#define PERF_SUM(i) sum = _mm256_add_ps(sum, x##i);
+    PERF_FMA_CHAINS(PERF_SUM)
+#undef PERF_SUM
+    float out[8];
+    _mm256_storeu_ps(out, sum);
+    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+#endif
+
+/* GFLOP/s of one thread (0 when unknown) and the instruction set it was measured with; the best
+ * of 5 runs of ~10 ms (the machine may be busy). Measured once. */
+static double perf_fma_peak(const char** isa) {
+    static double peak = -1.0;
+    static const char* which = "none";
+    if (peak < 0.0) {
+        peak = 0.0;
+#if PERF_X86
+        int lanes = 0;
+        float (*fn)(long) = NULL;
+        if (__builtin_cpu_supports("avx512f")) {
+            fn = perf_fma_avx512, lanes = 16, which = "avx512";
+        } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+            fn = perf_fma_avx2, lanes = 8, which = "avx2";
+        }
+        if (fn) {
+            volatile float sink = 0.0f;
+            const long iters = 100000;
+            for (int r = 0; r < 5; r++) {
+                double t0 = wkvt_now();
+                sink += fn(iters);
+                double t1 = wkvt_now();
+                double g = (double)iters * 12.0 * lanes * 2.0 / (t1 - t0) * 1e-9;
+                if (t1 > t0 && g > peak) peak = g;
+            }
+            (void)sink;
+        }
+#endif
+    }
+    if (isa) *isa = which;
+    return peak;
+}
+
 static void perf_report(const perf_cfg* c, const perf_op* op, const char* backend,
                         const char* device, wkv_dtype dt, const perf_shape* s, int threads,
                         const char* pass, double* times, int n, int batch, double flop_per,
@@ -152,15 +236,19 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
     double tps = med > 0 ? tokens / med : INFINITY;
     double gflops = med > 0 ? flops / med * 1e-9 : INFINITY;
     double gbps = med > 0 ? bytes / med * 1e-9 : INFINITY;
+    /* the CPU backend: the share of the measured FMA peak of `threads` threads */
+    double peak = !strcmp(backend, "cpu") && threads > 0 ? perf_fma_peak(NULL) * threads : 0.0;
     if (c->json) {
         printf("{\"op\":\"%s\",\"backend\":\"%s\",\"device\":", op->name, backend);
         bench_json_string(stdout, device);
         printf(",\"dtype\":\"%s\",\"B\":%lld,\"T\":%lld,\"H\":%lld,\"N\":%lld,\"threads\":%d,"
                "\"pass\":\"%s\",\"decay\":\"%s\",\"state\":%s,\"repeat\":%d,\"batch\":%d,\"median_ms\":%.6g,"
-               "\"min_ms\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,\"gbps\":%.6g}\n",
+               "\"min_ms\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,\"gbps\":%.6g",
                wkvt_dtype_name(dt), (long long)s->B, (long long)s->T, (long long)s->H,
                (long long)s->N, threads, pass, wkvt_decay_form_name(perf_decay(c, op)),
                c->state ? "true" : "false", n, batch, med * 1e3, mn * 1e3, tps, gflops, gbps);
+        if (peak > 0) printf(",\"peak_gflops\":%.6g,\"peak_frac\":%.4g", peak, gflops / peak);
+        printf("}\n");
     } else {
         char shape[96];
         if (op->op == WKV_OP_RWKV4)
@@ -171,9 +259,11 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
             snprintf(shape, sizeof shape, "B=%lld T=%lld H=%lld N=%lld", (long long)s->B,
                      (long long)s->T, (long long)s->H, (long long)s->N);
         printf("%s %-8s %s %-4s %s threads=%d: median %.3f ms (min %.3f)  %.4g tokens/s  "
-               "%.3g GFLOP/s  %.3g GB/s\n",
+               "%.3g GFLOP/s",
                op->name, pass, backend, wkvt_dtype_name(dt), shape, threads, med * 1e3, mn * 1e3,
-               tps, gflops, gbps);
+               tps, gflops);
+        if (peak > 0) printf(" (%.0f%% of peak)", 100.0 * gflops / peak);
+        printf("  %.3g GB/s\n", gbps);
     }
     fflush(stdout);
 }
@@ -643,6 +733,12 @@ int bench_perf(int argc, char** argv) {
                        wkvt_decay_form_name(perf_decay(&c, ops[o])));
             printf("; state %s; warmup %d, repeat %d\n", c.state ? "in+out" : "none", c.warmup,
                    c.repeat);
+            if (be == WKV_BACKEND_CPU) {
+                const char* isa;
+                const double peak = perf_fma_peak(&isa);
+                printf("# cpu: %s; measured FMA peak %.4g GFLOP/s per thread (%s)\n",
+                       info.reason ? info.reason : "?", peak, isa);
+            }
         }
         for (int o = 0; o < nops; o++) {
             if (!(supported & (1u << ops[o]->op))) {
