@@ -8,10 +8,12 @@
 #   asan      wkv_tests and wkv_plugin_tests under ASan + UBSan (halt on the first report), and
 #             the Python suite against the ASan libwkv with the ASan runtime preloaded
 #   tsan      the threading stress test (tests/stress) under ThreadSanitizer
-#   valgrind  memcheck over the CPU doctest suite's bad-input, validation and op-level cases
-#   fuzz      each libFuzzer harness for WKV_FUZZ_SECONDS (default 50) from the seed corpus
-# WKV_TEST_SKIP="asan tsan valgrind fuzz" (any subset) skips some, e.g. for a quick local run;
-# CI runs them all. Arguments go to the final ctest.
+#   valgrind  memcheck over the CPU doctest suite's validation and op-level cases
+#   fuzz      the three libFuzzer harnesses at once, WKV_FUZZ_SECONDS (default 50) each, from the
+#             seed corpus (scripts/fuzz.sh)
+# Steps that use one core run two at a time (CI has 2). WKV_TEST_SKIP="asan tsan valgrind fuzz"
+# (any subset) skips some, for a quick local run; CI runs them all. Arguments go to the final
+# ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -21,43 +23,46 @@ skip=" ${WKV_TEST_SKIP:-} "
 t0=$(date +%s)
 step() { echo; echo "==== $* [$(( $(date +%s) - t0 ))s]"; }
 want() { [[ "$skip" != *" $1 "* ]]; }
-jobs=$(nproc)
+logs=$PWD/build/reliability
+mkdir -p "$logs"
+bg_pid=
+bg() {  # runs "$@" in the background, output to $logs/$1.log
+  local name=$1
+  shift
+  ("$@") >"$logs/$name.log" 2>&1 &
+  bg_pid=$!
+}
+join() {  # waits for the background step, prints its output, fails with it
+  local name=$1 rc=0
+  wait "$bg_pid" || rc=$?
+  step "$name (ran in the background)"
+  cat "$logs/$name.log"
+  [ $rc -eq 0 ] || { echo "$name FAILED (exit status $rc)"; exit 1; }
+}
 
-if want asan; then
-  step "asan: configure + build (build-asan)"
-  cmake --preset asan -DWKV_VULKAN=OFF -DWKV_CUDA=OFF -DWKV_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build --preset asan -j"$jobs" --target wkv_tests wkv_plugin_tests >/dev/null
-  step "asan: wkv_tests, wkv_plugin_tests under ASan + UBSan"
-  ctest --preset asan -R '^(wkv_tests|wkv_plugin_tests)$' -j2
-  step "asan: the Python suite with libasan preloaded"
+asan_tests() {
+  ctest --preset asan -R '^(wkv_tests|wkv_plugin_tests)$'
+  echo "-- the Python suite against build-asan/libwkv.so, libasan preloaded"
+  local libasan
   libasan=$(gcc -print-file-name=libasan.so)
   WKV_LIBRARY=$PWD/build-asan/libwkv.so WKV_GOLDEN_DIR=$PWD/tests/golden PYTHONDONTWRITEBYTECODE=1 \
     LD_PRELOAD="$libasan" ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     python3 -m pytest -q -p no:cacheprovider bindings/python/tests
-fi
+}
 
-if want tsan; then
-  step "tsan: configure + build (build-tsan)"
-  cmake --preset tsan -DWKV_BUILD_TOOLS=OFF -DWKV_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build --preset tsan -j"$jobs" --target wkv_stress >/dev/null
-  step "tsan: the threading stress test"
-  ctest --preset tsan
-fi
-
-if want valgrind; then
+valgrind_tests() {
   # The whole CPU suite under memcheck takes too long for CI (the random and golden sweeps, the
   # safetensors reader's malformed-file sweep); these 25 cases cover every entry point, every
   # failure path, and each op forward + backward with states, packing and strides.
-  step "valgrind: memcheck over the CPU suite's validation and op-level cases"
-  cases='bad*,*valid fixture*,overflowing*,aliasing*,in-place*,*struct is accepted*,null context*'
+  local cases='bad*,*valid fixture*,overflowing*,aliasing*,in-place*,*struct is accepted*,null context*'
   cases+=',wkv_context_synchronize*,status strings*,failures are silent*,*busy context*'
   cases+=',rwkv4: packed*,rwkv6: packed*,rwkv7 random: packed*,rwkv7 random: strided*'
   cases+=',rwkv4: bad inputs*,rwkv6: bad inputs*,rwkv7 random: key-major*,rwkv7 random: in-place*'
   cases+=',golden: files that are valid*'
   # glibc 2.36's ld.so reads a word past a short RPATH string while dlopen loads a GPU plugin
   # (libwkv_cuda.so, when nvcc built it): not libwkv's, and Debian's suppressions miss it.
-  cat >build/valgrind-ldso.supp <<'SUPP'
+  cat >"$logs/valgrind-ldso.supp" <<'SUPP'
 {
    ld.so SSE2 strncmp over-read of an RPATH string (dl-load.c is_dst)
    Memcheck:Addr8
@@ -66,14 +71,40 @@ if want valgrind; then
 }
 SUPP
   valgrind --tool=memcheck --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
-    --show-leak-kinds=definite --track-origins=no --quiet --suppressions=build/valgrind-ldso.supp \
+    --show-leak-kinds=definite --track-origins=no --quiet --suppressions="$logs/valgrind-ldso.supp" \
     build/tests/wkv_tests -tc="$cases" -tce="*WKV_BACKEND*" --no-intro
+}
+
+sanitizer_jobs() {  # background: ASan tests, then valgrind
+  if want asan; then echo "---- asan: wkv_tests, wkv_plugin_tests under ASan + UBSan"; asan_tests; fi
+  if want valgrind; then echo "---- valgrind: memcheck over the CPU suite's validation and op cases"; valgrind_tests; fi
+}
+
+if want asan; then
+  step "asan: configure + build (build-asan)"
+  cmake --preset asan -DWKV_VULKAN=OFF -DWKV_CUDA=OFF -DWKV_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build --preset asan -j"$(nproc)" --target wkv_tests wkv_plugin_tests >/dev/null
 fi
+step "asan tests + valgrind in the background; tsan and the fuzzers' build meanwhile"
+bg sanitizers sanitizer_jobs
+if want tsan; then
+  step "tsan: configure + build (build-tsan)"
+  cmake --preset tsan -DWKV_BUILD_TOOLS=OFF -DWKV_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build --preset tsan -j1 --target wkv_stress >/dev/null
+  step "tsan: the threading stress test"
+  ctest --preset tsan
+fi
+if want fuzz; then
+  step "fuzz: configure + build (build-fuzz)"
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j1 >/dev/null
+fi
+join sanitizers
 
 if want fuzz; then
-  step "fuzz: libFuzzer harnesses, ${WKV_FUZZ_SECONDS:-50} s each"
-  scripts/fuzz.sh
+  step "fuzz: libFuzzer harnesses, ${WKV_FUZZ_SECONDS:-50} s each, at the same time"
+  WKV_FUZZ_PARALLEL=1 scripts/fuzz.sh
 fi
 
 step "ctest (release build)"
-ctest --test-dir build --output-on-failure -j"$jobs" "$@"
+ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"

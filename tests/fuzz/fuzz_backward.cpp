@@ -64,6 +64,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
     // 2. the workspace
     size_t needed = st1 == WKV_OK ? *outb : 4096;
+    if (st1 != WKV_OK) {  // the size, for the backward call, from a call that can succeed
+        size_t n = 0;     // (the first may have failed for its out_bytes alone)
+        if (wkv_workspace_size(c.ctx, &n, arg) == WKV_OK) needed = n;
+    }
     if (st1 == WKV_OK) {
         size_t again = 0;
         wkv_status st = wkv_workspace_size(c.ctx, &again, arg);
