@@ -18,7 +18,7 @@ constexpr int64_t CB4 = kRwkv4ChannelBlock;
 constexpr float kEmptyPP4 = -1e38f;
 
 /* s + e = a + b exactly (TwoSum), e = 0 where s is not finite */
-inline void two_sum4(T a, T b, T* s, T* e) noexcept {
+WKV_SIMD_INLINE void two_sum4(T a, T b, T* s, T* e) noexcept {
     const T sum = V::add(a, b);
     const T bv = V::sub(sum, a);
     const T err = V::add(V::sub(a, V::sub(sum, bv)), V::sub(b, bv));
@@ -32,7 +32,7 @@ struct Token4 {
 };
 
 template <bool kY>
-inline Token4 token4(T a, T b, T ph, T pl, T kk, T vv, T uu, T wdd) noexcept {
+WKV_SIMD_INLINE Token4 token4(T a, T b, T ph, T pl, T kk, T vv, T uu, T wdd) noexcept {
     Token4 o;
     const T one = V::set1(1.0f);
     if (kY) {
