@@ -236,6 +236,7 @@ static wkv_status context_create(const wkv_context_options* options, const void*
         }
         args.parallel_for = wkv_thread_pool_parallel_for;
         args.parallel_for_user_data = ctx->pool;
+        args.own_pool = 1;
     }
     wkv_message m;
     m.text[0] = '\0';

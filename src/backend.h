@@ -146,6 +146,11 @@ typedef struct wkv_backend_create_args {
     /* Vulkan guest mode (wkv_vulkan_context_create): the host's wkv_vulkan_guest_options,
      * NULL otherwise. A trailing field: read it only when struct_size covers it. */
     const void* guest;
+    /* 1 when parallel_for is the core's own thread pool, 0 when it is the host's job system.
+     * Only with the core's pool may a backend run a small call on the calling thread without
+     * calling parallel_for (the host's job system sees every call). A trailing field: read it
+     * only when struct_size covers it. */
+    int32_t own_pool;
 } wkv_backend_create_args;
 
 typedef struct wkv_backend_iface {

@@ -3,54 +3,145 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define WKV_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define WKV_CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define WKV_CPU_RELAX() ((void)0)
+#endif
+
+/* How a job runs (see thread_pool.h for the contract):
+ *
+ * - The caller publishes a job by storing its fields, then one 64-bit word `claim` =
+ *   (generation << 32) | next slot. Every thread, the caller included, takes slots by a
+ *   compare-and-swap on that word, so a worker that wakes after the job's slots are all taken,
+ *   or after the job is over (the generation has moved on), takes nothing and touches nothing
+ *   of the caller's.
+ * - The caller waits for the slots to be *finished* (`done`), not for the workers to have
+ *   looked at the job: a worker the OS has not scheduled yet costs the caller nothing — it
+ *   runs the slots itself. (The previous pool waited for every worker to leave the job, i.e.
+ *   for the slowest wake-up, on every call.)
+ * - Idle workers poll the word for kSpinNs before they block on a condition variable, and a
+ *   caller whose slots are all taken polls `done` for kSpinNs before it blocks: back-to-back
+ *   calls (a decode loop) then cost no futex wake-up; a pool left idle blocks after the spin
+ *   and uses no CPU. Blocking uses the usual flag-then-recheck handshake (sequentially
+ *   consistent atomics on both sides), so no wake-up is lost. */
+
+enum { kSpinNs = 50000 };
+/* The slot part of a closed claim word: the caller is writing the next job's fields. */
+#define kClosed UINT32_MAX
 
 struct wkv_thread_pool {
+    _Atomic uint64_t claim; /* (generation << 32) | next slot of the current job */
+    /* the current job: written by the caller before it publishes `claim` */
+    _Atomic(wkv_task_fn) fn;
+    _Atomic(void*) task_data;
+    atomic_llong n;     /* items */
+    atomic_llong step;  /* items per slot (1 unless n does not fit 32 bits) */
+    atomic_llong slots; /* ceil(n / step) */
+    atomic_llong done;  /* slots finished */
+
+    atomic_int sleepers;       /* workers blocked (or about to block) on `wake` */
+    atomic_int caller_waiting; /* the caller blocked (or about to block) on `finished` */
+    atomic_int shutdown;
     pthread_mutex_t mutex;
-    pthread_cond_t wake;  /* a new job, or shutdown */
-    pthread_cond_t done;  /* the last worker left the job */
+    pthread_cond_t wake;     /* a new job, or shutdown */
+    pthread_cond_t finished; /* the last slot of the job is done */
+
     pthread_t* workers;
     int32_t num_workers;
-    int shutdown;
-    uint64_t generation; /* bumped per job, so a worker joins each job once */
-    int32_t active;      /* workers still inside the current job */
-    /* the current job */
-    wkv_task_fn fn;
-    void* task_data;
-    int64_t n;
-    atomic_llong next;
 };
 
-static void run_items(wkv_thread_pool* pool) {
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Takes and runs slots of the job whose claim word was last seen as w, until none is left or
+ * the job is no longer current. */
+static void run_slots(wkv_thread_pool* pool, uint64_t w) {
+    const uint32_t gen = (uint32_t)(w >> 32);
     for (;;) {
-        long long i = atomic_fetch_add(&pool->next, 1);
-        if (i >= pool->n) return;
-        pool->fn(pool->task_data, i, i + 1);
+        if ((uint32_t)(w >> 32) != gen) return;
+        /* The job's fields as of the claim word w. The caller closes the word (kClosed) before
+         * it writes the next job's fields (release stores, read here with acquire), so if any
+         * of these is already the next job's, the CAS below sees the closed word and fails;
+         * if the CAS succeeds, they are all the job of w. */
+        const uint32_t i = (uint32_t)w;
+        if (i == kClosed) return;
+        const int64_t slots = atomic_load_explicit(&pool->slots, memory_order_acquire);
+        if ((int64_t)i >= slots) return;
+        const wkv_task_fn fn = atomic_load_explicit(&pool->fn, memory_order_acquire);
+        void* data = atomic_load_explicit(&pool->task_data, memory_order_acquire);
+        const int64_t n = atomic_load_explicit(&pool->n, memory_order_acquire);
+        const int64_t step = atomic_load_explicit(&pool->step, memory_order_acquire);
+        if (!atomic_compare_exchange_weak_explicit(&pool->claim, &w, w + 1, memory_order_acquire,
+                                                   memory_order_acquire))
+            continue; /* w now holds the current word */
+        const int64_t begin = (int64_t)i * step;
+        const int64_t end = n - begin < step ? n : begin + step;
+        fn(data, begin, end);
+        if (atomic_fetch_add(&pool->done, 1) + 1 == slots && atomic_load(&pool->caller_waiting)) {
+            pthread_mutex_lock(&pool->mutex);
+            pthread_cond_signal(&pool->finished);
+            pthread_mutex_unlock(&pool->mutex);
+        }
+        w = atomic_load_explicit(&pool->claim, memory_order_acquire);
     }
 }
 
 static void* worker_main(void* arg) {
     wkv_thread_pool* pool = (wkv_thread_pool*)arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&pool->mutex);
+    uint32_t seen = 0;
     for (;;) {
-        while (!pool->shutdown && pool->generation == seen) pthread_cond_wait(&pool->wake, &pool->mutex);
-        if (pool->shutdown) break;
-        seen = pool->generation;
-        pthread_mutex_unlock(&pool->mutex);
-        run_items(pool);
-        pthread_mutex_lock(&pool->mutex);
-        if (--pool->active == 0) pthread_cond_signal(&pool->done);
+        /* poll for a new generation, then block */
+        uint64_t w = atomic_load_explicit(&pool->claim, memory_order_acquire);
+        if ((uint32_t)(w >> 32) == seen && !atomic_load(&pool->shutdown)) {
+            const uint64_t t0 = now_ns();
+            for (unsigned k = 1;; ++k) {
+                WKV_CPU_RELAX();
+                w = atomic_load_explicit(&pool->claim, memory_order_acquire);
+                if ((uint32_t)(w >> 32) != seen || atomic_load_explicit(&pool->shutdown, memory_order_relaxed)) break;
+                if ((k & 63) == 0 && now_ns() - t0 > kSpinNs) {
+                    pthread_mutex_lock(&pool->mutex);
+                    atomic_fetch_add(&pool->sleepers, 1);
+                    while ((uint32_t)((w = atomic_load(&pool->claim)) >> 32) == seen &&
+                           !atomic_load(&pool->shutdown))
+                        pthread_cond_wait(&pool->wake, &pool->mutex);
+                    atomic_fetch_sub(&pool->sleepers, 1);
+                    pthread_mutex_unlock(&pool->mutex);
+                    break;
+                }
+            }
+        }
+        if (atomic_load(&pool->shutdown)) break;
+        seen = (uint32_t)(w >> 32);
+        run_slots(pool, w);
     }
-    pthread_mutex_unlock(&pool->mutex);
     return NULL;
 }
 
 wkv_thread_pool* wkv_thread_pool_create(int32_t threads) {
     wkv_thread_pool* pool = (wkv_thread_pool*)calloc(1, sizeof *pool);
     if (!pool) return NULL;
+    atomic_init(&pool->claim, 0);
+    atomic_init(&pool->fn, NULL);
+    atomic_init(&pool->task_data, NULL);
+    atomic_init(&pool->n, 0);
+    atomic_init(&pool->step, 1);
+    atomic_init(&pool->slots, 0);
+    atomic_init(&pool->done, 0);
+    atomic_init(&pool->sleepers, 0);
+    atomic_init(&pool->caller_waiting, 0);
+    atomic_init(&pool->shutdown, 0);
     pthread_mutex_init(&pool->mutex, NULL);
     pthread_cond_init(&pool->wake, NULL);
-    pthread_cond_init(&pool->done, NULL);
+    pthread_cond_init(&pool->finished, NULL);
     int32_t want = threads > 1 ? threads - 1 : 0;
     if (want > 0) {
         pool->workers = (pthread_t*)calloc((size_t)want, sizeof(pthread_t));
@@ -73,12 +164,12 @@ wkv_thread_pool* wkv_thread_pool_create(int32_t threads) {
 void wkv_thread_pool_destroy(wkv_thread_pool* pool) {
     if (!pool) return;
     pthread_mutex_lock(&pool->mutex);
-    pool->shutdown = 1;
+    atomic_store(&pool->shutdown, 1);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mutex);
     for (int32_t i = 0; i < pool->num_workers; ++i) pthread_join(pool->workers[i], NULL);
     free(pool->workers);
-    pthread_cond_destroy(&pool->done);
+    pthread_cond_destroy(&pool->finished);
     pthread_cond_destroy(&pool->wake);
     pthread_mutex_destroy(&pool->mutex);
     free(pool);
@@ -91,19 +182,40 @@ void wkv_thread_pool_parallel_for(void* user_data, int64_t n, wkv_task_fn fn, vo
         fn(task_data, 0, n);
         return;
     }
-    pthread_mutex_lock(&pool->mutex);
-    pool->fn = fn;
-    pool->task_data = task_data;
-    pool->n = n;
-    atomic_store(&pool->next, 0);
-    pool->active = pool->num_workers;
-    pool->generation++;
-    pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->mutex);
+    /* slots are numbered in 32 bits: past that, a slot is a run of items */
+    const int64_t max_slots = (int64_t)UINT32_MAX - 1;
+    const int64_t step = n <= max_slots ? 1 : (n + max_slots - 1) / max_slots;
+    const int64_t slots = (n + step - 1) / step;
+    const uint64_t old = atomic_load_explicit(&pool->claim, memory_order_relaxed);
+    atomic_store(&pool->claim, (old & ~(uint64_t)0xffffffffu) | kClosed);
+    atomic_store_explicit(&pool->fn, fn, memory_order_release);
+    atomic_store_explicit(&pool->task_data, task_data, memory_order_release);
+    atomic_store_explicit(&pool->n, n, memory_order_release);
+    atomic_store_explicit(&pool->step, step, memory_order_release);
+    atomic_store_explicit(&pool->slots, slots, memory_order_release);
+    atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
+    const uint64_t gen = ((old >> 32) + 1) & 0xffffffffu;
+    const uint64_t w = gen << 32;
+    atomic_store(&pool->claim, w); /* publishes the fields above (seq_cst: see sleepers) */
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->mutex);
+        pthread_cond_broadcast(&pool->wake);
+        pthread_mutex_unlock(&pool->mutex);
+    }
 
-    run_items(pool);
+    run_slots(pool, w);
 
+    /* every slot is taken; wait for those other threads are running */
+    if (atomic_load_explicit(&pool->done, memory_order_acquire) == slots) return;
+    const uint64_t t0 = now_ns();
+    for (unsigned k = 1;; ++k) {
+        WKV_CPU_RELAX();
+        if (atomic_load_explicit(&pool->done, memory_order_acquire) == slots) return;
+        if ((k & 63) == 0 && now_ns() - t0 > kSpinNs) break;
+    }
     pthread_mutex_lock(&pool->mutex);
-    while (pool->active > 0) pthread_cond_wait(&pool->done, &pool->mutex);
+    atomic_store(&pool->caller_waiting, 1);
+    while (atomic_load(&pool->done) != slots) pthread_cond_wait(&pool->finished, &pool->mutex);
+    atomic_store(&pool->caller_waiting, 0);
     pthread_mutex_unlock(&pool->mutex);
 }

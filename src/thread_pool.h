@@ -1,6 +1,8 @@
 /* The CPU backend's default thread pool: a fixed set of workers that run one parallel_for at a
  * time. Items are handed out one by one from an atomic counter, so the split never changes
- * what an item computes (results are identical for any thread count). */
+ * what an item computes (results are identical for any thread count). The caller runs items
+ * too and returns once every item is finished, without waiting for workers that have not woken
+ * up; idle workers poll for ~50 us before they block (back-to-back calls cost no wake-up). */
 #ifndef WKV_SRC_THREAD_POOL_H
 #define WKV_SRC_THREAD_POOL_H
 

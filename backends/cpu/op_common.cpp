@@ -22,6 +22,32 @@ uint64_t item_count(const wkv_problem* p, const OpDesc& op, CheckedSize& c,
     return items;
 }
 
+/* Below this many state-element updates (tokens x heads x N x N; tokens x C for RWKV-4) a
+ * call runs on the caller's thread: ~4 token-heads at N = 64, a few microseconds, less than
+ * what handing items to other threads costs (NOTES.md, decode). */
+constexpr uint64_t kInlineWork = 16384;
+
+uint64_t call_work(const wkv_problem* p, const OpDesc& op) noexcept {
+    CheckedSize c;
+    const uint64_t tokens = p->seq_offsets ? (uint64_t)(p->seq_offsets[p->num_seqs] - p->seq_offsets[0])
+                                           : c.mul((uint64_t)p->B, (uint64_t)p->T);
+    const uint64_t per_token = c.mul((uint64_t)p->H, op.by_channel ? (uint64_t)p->N
+                                                                    : c.mul((uint64_t)p->N, (uint64_t)p->N));
+    const uint64_t w = c.mul(tokens, per_token);
+    return c.overflow ? UINT64_MAX : w;
+}
+
+/* parallel_for over `chunks`, or (with the core's own pool) the whole range on this thread
+ * when the work is small. */
+void run_chunks(const BackendState* st, const wkv_problem* p, const OpDesc& op, int64_t chunks,
+                wkv_task_fn task, void* job) noexcept {
+    if (st->args.own_pool && (chunks <= 1 || call_work(p, op) < kInlineWork)) {
+        task(job, 0, chunks);
+        return;
+    }
+    st->args.parallel_for(st->args.parallel_for_user_data, chunks, task, job);
+}
+
 /* ------------------------------------------------------------------------------- forward */
 
 struct ForwardJob {
@@ -167,7 +193,7 @@ wkv_status run_forward(const BackendState* st, const wkv_problem* p, const OpDes
     job.group = group;
     job.items = items;
     job.chunks = chunks;
-    st->args.parallel_for(st->args.parallel_for_user_data, chunks, forward_task, &job);
+    run_chunks(st, p, op, chunks, forward_task, &job);
     return WKV_OK;
 }
 
@@ -213,7 +239,7 @@ wkv_status run_backward(const BackendState* st, const wkv_problem* p, const OpDe
     job.ckpt = reinterpret_cast<float*>(base + job.layout.ckpt_off);
     job.part = reinterpret_cast<float*>(base + job.layout.part_off);
     job.chunks = base + job.layout.chunk_off;
-    st->args.parallel_for(st->args.parallel_for_user_data, job.layout.chunks, backward_task, &job);
+    run_chunks(st, p, op, job.layout.chunks, backward_task, &job);
     if (op.backward_reduce) op.backward_reduce(&job);
     return WKV_OK;
 }
