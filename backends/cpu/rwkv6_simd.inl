@@ -35,10 +35,8 @@ inline void step6_rows(const float* src, int64_t srs, float* dst, int64_t drs, i
         }
         const __m128 v4 = _mm_loadu_ps(v + ib);
         T vb[kRows6];
-        vb[0] = V::bcast<0>(v4);
-        vb[1] = V::bcast<1>(v4);
-        vb[2] = V::bcast<2>(v4);
-        vb[3] = V::bcast<3>(v4);
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows6; ++u) vb[u] = V::bcast_mem(v + ib + u); /* load port */
         T yc[kRows6];
 #pragma GCC unroll 16
         for (int u = 0; u < kRows6; ++u) yc[u] = V::zero();
@@ -207,16 +205,12 @@ inline void backward6_rows(float* dS, const float* Sp, int nv_rt, int64_t Np,
             g[u] = dS + (ib + u) * Np;
             sp[u] = Sp + (ib + u) * Np;
         }
-        const __m128 d4 = _mm_loadu_ps(dy + ib), v4 = _mm_loadu_ps(v + ib);
         T dyb[kRows6], vb[kRows6], cv[kRows6];
-        dyb[0] = V::bcast<0>(d4);
-        dyb[1] = V::bcast<1>(d4);
-        dyb[2] = V::bcast<2>(d4);
-        dyb[3] = V::bcast<3>(d4);
-        vb[0] = V::bcast<0>(v4);
-        vb[1] = V::bcast<1>(v4);
-        vb[2] = V::bcast<2>(v4);
-        vb[3] = V::bcast<3>(v4);
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows6; ++u) { /* load-port broadcasts */
+            dyb[u] = V::bcast_mem(dy + ib + u);
+            vb[u] = V::bcast_mem(v + ib + u);
+        }
 #pragma GCC unroll 16
         for (int u = 0; u < kRows6; ++u) cv[u] = V::zero();
         /* cv = g . k;  dk += g^T v;  dd += sum_i g * Sp;  dr += Sp^T dy;  g = g decay + dy r */

@@ -30,6 +30,7 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
                       const float* __restrict b, const float* __restrict r, float* y,
                       float* sa_out) noexcept {
     const int nv = NV ? NV : nv_rt;
+    alignas(16) float sa_mem[kRows];
     if (kDr)
         for (int64_t j = 0; j < Np; j += W) V::store(y + j, V::zero());
     for (int64_t ib = 0; ib < Np; ib += kRows) {
@@ -51,32 +52,25 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
 #pragma GCC unroll 16
             for (int u = 0; u < kRows; ++u) c[u] = V::fma(V::load(sp[u] + q * W), av, c[u]);
         }
+        /* per-row scalars are broadcast from memory (a load-port operation) rather than
+         * shuffled out of a register (the port 512-bit FMAs also use): NOTES.md, step 12 */
         T sab[kRows], vb[kRows];
 #pragma GCC unroll 16
         for (int u = 0; u < kRows; u += 4) {
             const __m128 sa4 = V::hsum4(c[u], c[u + 1], c[u + 2], c[u + 3]);
+            _mm_store_ps(sa_mem + u, sa4);
             if (sa_out) _mm_storeu_ps(sa_out + ib + u, sa4);
-            const __m128 v4 = _mm_loadu_ps(v + ib + u);
-            sab[u] = V::bcast<0>(sa4);
-            sab[u + 1] = V::bcast<1>(sa4);
-            sab[u + 2] = V::bcast<2>(sa4);
-            sab[u + 3] = V::bcast<3>(sa4);
-            vb[u] = V::bcast<0>(v4);
-            vb[u + 1] = V::bcast<1>(v4);
-            vb[u + 2] = V::bcast<2>(v4);
-            vb[u + 3] = V::bcast<3>(v4);
+        }
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) {
+            sab[u] = V::bcast_mem(sa_mem + u);
+            vb[u] = V::bcast_mem(v + ib + u);
         }
 
         T dyb[kRows]; /* kDr: dy of the rows */
         if (kDr) {
 #pragma GCC unroll 16
-            for (int u = 0; u < kRows; u += 4) {
-                const __m128 d4 = _mm_loadu_ps(r + ib + u);
-                dyb[u] = V::bcast<0>(d4);
-                dyb[u + 1] = V::bcast<1>(d4);
-                dyb[u + 2] = V::bcast<2>(d4);
-                dyb[u + 3] = V::bcast<3>(d4);
-            }
+            for (int u = 0; u < kRows; ++u) dyb[u] = V::bcast_mem(r + ib + u);
         }
 
         /* update (+ readout) */
@@ -361,21 +355,10 @@ inline void backward_rows(float* dS, const float* Sp, int64_t sps, int nv_rt, in
         }
         T dyb[kRows], vb[kRows], sab[kRows];
 #pragma GCC unroll 16
-        for (int u = 0; u < kRows; u += 4) {
-            const __m128 d4 = _mm_loadu_ps(x.dy + ib + u), v4 = _mm_loadu_ps(x.v + ib + u);
-            const __m128 s4 = _mm_loadu_ps(x.sa + ib + u);
-            dyb[u] = V::bcast<0>(d4);
-            dyb[u + 1] = V::bcast<1>(d4);
-            dyb[u + 2] = V::bcast<2>(d4);
-            dyb[u + 3] = V::bcast<3>(d4);
-            vb[u] = V::bcast<0>(v4);
-            vb[u + 1] = V::bcast<1>(v4);
-            vb[u + 2] = V::bcast<2>(v4);
-            vb[u + 3] = V::bcast<3>(v4);
-            sab[u] = V::bcast<0>(s4);
-            sab[u + 1] = V::bcast<1>(s4);
-            sab[u + 2] = V::bcast<2>(s4);
-            sab[u + 3] = V::bcast<3>(s4);
+        for (int u = 0; u < kRows; ++u) { /* load-port broadcasts (see step_rows) */
+            dyb[u] = V::bcast_mem(x.dy + ib + u);
+            vb[u] = V::bcast_mem(x.v + ib + u);
+            sab[u] = V::bcast_mem(x.sa + ib + u);
         }
 
         /* g = dS + dy r^T (stored);  dk += g^T v;  db += g^T sa;  dd += sum_i g * Sp;
@@ -403,15 +386,14 @@ inline void backward_rows(float* dS, const float* Sp, int64_t sps, int nv_rt, in
             V::store(dd + o, ddv);
         }
         T dsab[kRows];
+        alignas(16) float dsa_mem[kRows];
 #pragma GCC unroll 16
         for (int u = 0; u < kRows; u += 4) {
             _mm_storeu_ps(dv + ib + u, V::hsum4(cv[u], cv[u + 1], cv[u + 2], cv[u + 3]));
-            const __m128 s4 = V::hsum4(cb[u], cb[u + 1], cb[u + 2], cb[u + 3]);
-            dsab[u] = V::bcast<0>(s4);
-            dsab[u + 1] = V::bcast<1>(s4);
-            dsab[u + 2] = V::bcast<2>(s4);
-            dsab[u + 3] = V::bcast<3>(s4);
+            _mm_store_ps(dsa_mem + u, V::hsum4(cb[u], cb[u + 1], cb[u + 2], cb[u + 3]));
         }
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) dsab[u] = V::bcast_mem(dsa_mem + u);
 
         /* da += Sp^T dsa;  dS = g decay + dsa a^T */
 #pragma GCC unroll 16

@@ -50,6 +50,14 @@ struct V {
         const __m256 t2 = _mm256_hadd_ps(t0, t1);
         return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
     }
+    /* *p in every lane, as a load-port broadcast: written as asm so that the compiler can
+     * neither keep the value in a register and shuffle it (the shuffle port is the one
+     * 512-bit FMAs share) nor fold a just-stored value into a register broadcast */
+    static inline T bcast_mem(const float* p) {
+        T r;
+        __asm__("vbroadcastss %1, %0" : "=v"(r) : "m"(*p));
+        return r;
+    }
     template <int L>
     static inline T bcast(__m128 x) {
         return _mm512_broadcastss_ps(_mm_shuffle_ps(x, x, _MM_SHUFFLE(L, L, L, L)));
