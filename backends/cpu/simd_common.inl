@@ -71,9 +71,18 @@ inline void decay_rows(wkv_decay_form form, const float* w, float* decay, float*
     }
 }
 
+/* Whether p is aligned to the vector width (W floats). The kernels read a row once per group
+ * of value rows (16 times per token-head at N = 64) and a state row twice per token: rows that
+ * are not vector-aligned would make every vector access straddle two cache lines (on AVX-512
+ * every one, at the 16-byte alignment of malloc), so such rows are copied once into aligned
+ * scratch instead (NOTES.md, step 13). */
+inline bool vector_aligned(const void* p) noexcept {
+    return (reinterpret_cast<uintptr_t>(p) & (uintptr_t)(4 * W - 1)) == 0;
+}
+
 /* One token row: n elements of v from element offset `off` along stride[3], as float32.
- * Returns a pointer straight into the tensor when it is float32, contiguous, 4-byte aligned and
- * n == Np; otherwise converts into buf (Np floats, zero-padded past n) and returns buf. */
+ * Returns a pointer straight into the tensor when it is float32, contiguous, vector-aligned
+ * and n == Np; otherwise converts into buf (Np floats, zero-padded past n) and returns buf. */
 inline const float* row_in(const wkv_view& v, int64_t off, int64_t n, int64_t Np,
                            float* buf) noexcept {
     if (v.stride[3] == 1) {
@@ -81,8 +90,7 @@ inline const float* row_in(const wkv_view& v, int64_t off, int64_t n, int64_t Np
         int64_t j = 0;
         switch (v.elem) {
         case WKV_ELEM_F32:
-            if (n == Np && (reinterpret_cast<uintptr_t>(src) & 3u) == 0)
-                return reinterpret_cast<const float*>(src);
+            if (n == Np && vector_aligned(src)) return reinterpret_cast<const float*>(src);
             std::memcpy(buf, src, (size_t)n * 4);
             j = n;
             break;

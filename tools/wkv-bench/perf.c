@@ -268,6 +268,28 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
     fflush(stdout);
 }
 
+/* Host tensors are 64-byte aligned, as a tensor framework's are (PyTorch's CPU allocator,
+ * ggml's buffers): with malloc's 16-byte alignment every 64-byte vector access to a row would
+ * straddle two cache lines, and the CPU numbers would measure that (backends/cpu/NOTES.md,
+ * step 13). */
+static void* perf_alloc(size_t bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+#if defined(_WIN32)
+    return _aligned_malloc(rounded ? rounded : 64, 64);
+#else
+    void* p = NULL;
+    return posix_memalign(&p, 64, rounded ? rounded : 64) == 0 ? p : NULL;
+#endif
+}
+
+static void perf_free(void* p) {
+#if defined(_WIN32)
+    _aligned_free(p);
+#else
+    free(p);
+#endif
+}
+
 /* On a GPU backend the timed tensors live in library buffers (wkv_buffer_*), so a call measures
  * the kernels, not the staging of host memory. */
 enum { PERF_MAX_BUFFERS = 24 };
@@ -351,23 +373,23 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
     int ok = times != NULL;
     for (int i = 0; i < op->ntok_in; i++) {
         f[i] = (float*)malloc(n * sizeof(float));
-        in[i] = malloc(n * es);
-        if (c->bwd) g[i] = malloc(n * es);
+        in[i] = perf_alloc(n * es);
+        if (c->bwd) g[i] = perf_alloc(n * es);
         ok = ok && f[i] && in[i] && (!c->bwd || g[i]);
     }
     for (int i = 0; i < op->npar; i++) {
         fp[i] = (float*)malloc(np * sizeof(float));
-        inp[i] = malloc(np * es);
-        if (c->bwd) gp[i] = malloc(np * es);
+        inp[i] = perf_alloc(np * es);
+        if (c->bwd) gp[i] = perf_alloc(np * es);
         ok = ok && fp[i] && inp[i] && (!c->bwd || gp[i]);
     }
-    y = malloc(n * es);
-    dy = malloc(n * es);
+    y = perf_alloc(n * es);
+    dy = perf_alloc(n * es);
     tmp = (float*)malloc(n * sizeof(float));
-    st0 = (float*)malloc(sn * sizeof(float));
-    st1 = (float*)malloc(sn * sizeof(float));
-    dsT = (float*)malloc(sn * sizeof(float));
-    ds0 = (float*)malloc(sn * sizeof(float));
+    st0 = (float*)perf_alloc(sn * sizeof(float));
+    st1 = (float*)perf_alloc(sn * sizeof(float));
+    dsT = (float*)perf_alloc(sn * sizeof(float));
+    ds0 = (float*)perf_alloc(sn * sizeof(float));
     if (!ok || !y || !dy || !tmp || !st0 || !st1 || !dsT || !ds0) {
         fprintf(stderr, "wkv-bench perf: out of memory for %s B=%lld T=%lld H=%lld N=%lld\n",
                 op->name, (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N);
@@ -518,7 +540,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
             }
             res.buf[res.n++] = wb;
             bd.workspace = wb; /* a buffer of the context serves as the workspace */
-        } else if (wsz && !(bd.workspace = ws = malloc(wsz))) {
+        } else if (wsz && !(bd.workspace = ws = perf_alloc(wsz))) {
             fprintf(stderr, "wkv-bench perf: out of memory for a %zu-byte workspace\n", wsz);
             goto done;
         }
@@ -538,22 +560,22 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
 done:
     for (int i = 0; i < 6; i++) {
         free(f[i]);
-        free(in[i]);
-        free(g[i]);
+        perf_free(in[i]);
+        perf_free(g[i]);
     }
     for (int i = 0; i < 2; i++) {
         free(fp[i]);
-        free(inp[i]);
-        free(gp[i]);
+        perf_free(inp[i]);
+        perf_free(gp[i]);
     }
-    free(y);
-    free(dy);
+    perf_free(y);
+    perf_free(dy);
     free(tmp);
-    free(st0);
-    free(st1);
-    free(dsT);
-    free(ds0);
-    free(ws);
+    perf_free(st0);
+    perf_free(st1);
+    perf_free(dsT);
+    perf_free(ds0);
+    perf_free(ws);
     free(times);
     perf_release(&res);
     return rc;
