@@ -712,7 +712,7 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     for (int64_t first = 0; first < p->num_seqs; first += per) {
         const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
         fill_seq(p, first, count, &prm.seq);
-        const cudaError_t e = (cudaError_t)rwkv7_launch_forward((int)p->N, prm, count * p->H, st->stream);
+        const cudaError_t e = (cudaError_t)rwkv7_launch_forward((int)p->N, prm, count * p->H, st->sm_count, st->stream);
         if (e != cudaSuccess) return cuda_fail(st, e, msg, "RWKV-7 forward launch");
     }
     return stage_out(st, &pl, &drain, msg);

@@ -57,6 +57,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 #include "cuda_internal.h"
 
 namespace wkv_cuda {
@@ -72,16 +74,11 @@ struct Tile {
     static constexpr int G = C / 4;       /* float4 groups of those */
     static constexpr int NT = (N / R) * L;
     static constexpr int TPJ = NT / N;    /* staging: threads per column */
-    static_assert(C % 4 == 0 && C >= 4 && (R == 2 || R == 4) && 32 % L == 0 && NT % N == 0, "tile");
+    static_assert(C % 4 == 0 && C >= 4 && (R == 1 || R == 2 || R == 4) && 32 % L == 0 && NT % N == 0, "tile");
 };
 
-template <int N> struct FwdTile;
-template <> struct FwdTile<32> { using T = Tile<32, 2, 8>; };
-template <> struct FwdTile<64> { using T = Tile<64, 4, 8>; };
-template <> struct FwdTile<128> { using T = Tile<128, 4, 8>; };
 template <int N> struct BwdTile;
 /* Block sizes as plain constants (launch bounds cannot name the specialisations above). */
-__host__ __device__ constexpr int fwd_threads(int N) { return N == 128 ? 256 : 128; }
 __host__ __device__ constexpr int bwd_threads(int N) { return N == 128 ? 512 : 128; }
 template <> struct BwdTile<32> { using T = Tile<32, 2, 8>; };
 template <> struct BwdTile<64> { using T = Tile<64, 4, 8>; };
@@ -348,32 +345,47 @@ __device__ __forceinline__ void fwd_step(float (&S)[T::R][T::C], int q, const fl
 
 /* ------------------------------------------------------------------------------- forward */
 
-constexpr int kFwdChunk = 8; /* tokens per staged chunk */
+/* Row ownership: thread (i, q) of a block of N * P threads holds columns J(q) of value row i
+ * (N / P floats in registers; P "lanes" per row, P in {1, 2, 4, 8}; N = 128: {2, 4}). Rows are independent:
+ *     sa_i = S_i . a;   S_i <- S_i o decay + sa_i b + v_i k;   y_i = S_i . r
+ * so with P = 1 a token needs no shuffle at all; with P > 1 two lanes_sum<P> per token. P
+ * trades per-token latency (N / P columns per thread) for lanes and shuffles: chosen per
+ * launch from the number of warps it gives the GPU (forward_lanes below), so B = 8 runs one
+ * thread per row and B = 1 spreads each row over 8 lanes. The choice depends only on the
+ * launch's block count, never on T, so T one-token calls equal one T-token call bit for bit.
+ *
+ * Tokens are staged in chunks of CH = 8 (N = 128: 4) (r, decay, k, v, a, b; the decay transform on
+ * the way in) into a double-buffered shared-memory area: the chunk after next is loaded into
+ * registers (clamped token index, so no load sits under a branch) while the block computes
+ * the current one, then written to the other buffer; one __syncthreads per chunk. y is
+ * stored straight from the lane-0 thread of each row (a warp stores 32 / P adjacent rows). */
+template <int N, int P>
+struct RowTile {
+    static constexpr int C = N / P;       /* columns per thread */
+    static constexpr int G = C / 4;       /* float4 groups of those */
+    static constexpr int CH = N == 128 ? 4 : 8; /* tokens per staged chunk (N = 128: 48 KB static smem) */
+    static constexpr int PER = CH / P;    /* tokens a thread stages per chunk (NT / N = P per column) */
+    using StateTile = Tile<N, 1, P>;      /* the state loaders' view: R = 1 row, L = P lanes */
+    static_assert(G >= 1 && CH % P == 0 && PER >= 1 && StateTile::TPJ == P && StateTile::NT == N * P,
+                  "row tile");
+};
 
-template <int N>
-__global__ void __launch_bounds__(fwd_threads(N))
+enum { F_R = 0, F_D, F_K, F_V, F_A, F_B, F_NUM };
+
+template <int N, int P>
+__global__ void __launch_bounds__(N * P)
     rwkv7_forward_kernel(const __grid_constant__ Rwkv7FwdParams p) {
-    using T = typename FwdTile<N>::T;
-    static_assert(T::NT == fwd_threads(N), "block size");
-    constexpr int R = T::R, L = T::L, TPJ = T::TPJ, CH = kFwdChunk, PER = CH / TPJ;
-    static_assert(CH % TPJ == 0, "chunk");
-    __shared__ __align__(16) float s_r[CH][N];
-    __shared__ __align__(16) float s_d[CH][N];
-    __shared__ __align__(16) float s_k[CH][N];
-    __shared__ __align__(16) float s_v[CH][N];
-    __shared__ __align__(16) float s_a[CH][N];
-    __shared__ __align__(16) float s_b[CH][N];
-    __shared__ __align__(16) float s_y[CH][N];
+    using RT = RowTile<N, P>;
+    using T = typename RT::StateTile;
+    constexpr int C = RT::C, G = RT::G, CH = RT::CH, PER = RT::PER;
+    __shared__ __align__(16) float s_tok[2][CH][F_NUM][N];
 
     const int tid = threadIdx.x;
-    const int rg = tid / L, q = tid % L;  /* compute: rows rg R.., columns J(q) */
-    const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + TPJ x */
+    const int i = tid / P, q = tid % P;   /* compute: row i, columns J(q) */
+    const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + P x */
     const SeqPos pos = seq_pos(p.seq, p.H, p.T);
     const int64_t t0 = pos.t0, t1 = pos.t1;
     const bool want_y = p.y.data != nullptr;
-
-    float S[R][T::C];
-    load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
 
     const int64_t br = tok_base(p.r, pos.batch, pos.h) + sj * p.r.s[3];
     const int64_t bw = tok_base(p.w, pos.batch, pos.h) + sj * p.w.s[3];
@@ -381,16 +393,15 @@ __global__ void __launch_bounds__(fwd_threads(N))
     const int64_t bv = tok_base(p.v, pos.batch, pos.h) + sj * p.v.s[3];
     const int64_t ba = tok_base(p.a, pos.batch, pos.h) + sj * p.a.s[3];
     const int64_t bb = tok_base(p.b, pos.batch, pos.h) + sj * p.b.s[3];
-    const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) + sj * p.y.s[3] : 0;
+    const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) + i * p.y.s[3] : 0;
 
     float pr[PER], pw[PER], pk[PER], pv[PER], pa[PER], pb[PER];
-    /* Loads without any branch (the token index is clamped into the chunk, m >= 1): a load
-     * under a condition is retired before the branch joins, which serialises them. */
-    auto prefetch = [&](int64_t tc, int m) {
+    /* tokens tc + u of the chunk at tc, u clamped to the last token of the sequence: every
+     * load is unconditional (see load_elem for why that matters) */
+    auto prefetch = [&](int64_t tc) {
 #pragma unroll
         for (int x = 0; x < PER; ++x) {
-            const int u = su + TPJ * x;
-            const int64_t t = tc + (u < m ? u : m - 1);
+            const int64_t t = min64(tc + su + P * x, t1 - 1);
             pr[x] = load_elem(p.r, br + t * p.r.s[1]);
             pw[x] = load_elem(p.w, bw + t * p.w.s[1]);
             pk[x] = load_elem(p.k, bk + t * p.k.s[1]);
@@ -399,40 +410,102 @@ __global__ void __launch_bounds__(fwd_threads(N))
             pb[x] = load_elem(p.b, bb + t * p.b.s[1]);
         }
     };
-
-    if (t0 < t1) prefetch(t0, (int)min64(CH, t1 - t0));
-    for (int64_t tc = t0; tc < t1; tc += CH) {
-        const int m = (int)min64(CH, t1 - tc);
+    auto stage = [&](int buf, int m) {
 #pragma unroll
         for (int x = 0; x < PER; ++x) {
-            const int u = su + TPJ * x;
+            const int u = su + P * x;
             if (u < m) {
                 float ddw;
-                s_r[u][sj] = pr[x];
-                s_d[u][sj] = decay_of(p.form, pw[x], &ddw);
-                s_k[u][sj] = pk[x];
-                s_v[u][sj] = pv[x];
-                s_a[u][sj] = pa[x];
-                s_b[u][sj] = pb[x];
+                s_tok[buf][u][F_R][sj] = pr[x];
+                s_tok[buf][u][F_D][sj] = decay_of(p.form, pw[x], &ddw);
+                s_tok[buf][u][F_K][sj] = pk[x];
+                s_tok[buf][u][F_V][sj] = pv[x];
+                s_tok[buf][u][F_A][sj] = pa[x];
+                s_tok[buf][u][F_B][sj] = pb[x];
             }
         }
-        __syncthreads();
-        if (tc + CH < t1) prefetch(tc + CH, (int)min64(CH, t1 - tc - CH));
-        for (int u = 0; u < m; ++u) {
-            float sa[R], y[R];
-            fwd_step<T>(S, q, &s_v[u][rg * R], s_d[u], s_k[u], s_a[u], s_b[u], s_r[u], want_y, sa, y);
-            if (want_y && q == 0) sts_r<R>(&s_y[u][rg * R], y);
-        }
-        __syncthreads();
-        if (want_y) {
-#pragma unroll
-            for (int x = 0; x < PER; ++x) {
-                const int u = su + TPJ * x;
-                if (u < m) store_elem(p.y, by + (tc + u) * p.y.s[1], s_y[u][sj]);
-            }
-        }
+    };
+
+    if (t0 < t1) prefetch(t0); /* token loads first: they overlap the state's */
+    float S[1][C];
+    load_state_rows<T>(p.state_in, pos.s, pos.h, i, q, S);
+    if (t0 < t1) {
+        stage(0, (int)min64(CH, t1 - t0));
+        prefetch(t0 + CH);
     }
-    store_state_rows<T>(p.state_out, pos.s, pos.h, rg, q, S);
+    __syncthreads();
+    int buf = 0;
+    for (int64_t tc = t0; tc < t1; tc += CH, buf ^= 1) {
+        const int m = (int)min64(CH, t1 - tc);
+        for (int u = 0; u < m; ++u) {
+            const float4* a4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_A]);
+            const float4* d4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_D]);
+            const float4* k4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_K]);
+            const float4* b4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_B]);
+            const float4* r4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_R]);
+            const float vi = s_tok[buf][u][F_V][i];
+            float acc[8]; /* independent chains: the dot product is latency bound otherwise */
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float4 av = a4[g * P + q];
+                float* x = &S[0][4 * g];
+                const int c = (g & 1) * 4;
+                acc[c + 0] = fmaf(x[0], av.x, acc[c + 0]);
+                acc[c + 1] = fmaf(x[1], av.y, acc[c + 1]);
+                acc[c + 2] = fmaf(x[2], av.z, acc[c + 2]);
+                acc[c + 3] = fmaf(x[3], av.w, acc[c + 3]);
+            }
+            const float sa = lanes_sum<P>(((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+                                          ((acc[2] + acc[6]) + (acc[3] + acc[7])));
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float4 dv = d4[g * P + q], kv = k4[g * P + q], bv4 = b4[g * P + q], rv = r4[g * P + q];
+                float* x = &S[0][4 * g];
+                const int c = (g & 1) * 4;
+                x[0] = fmaf(x[0], dv.x, fmaf(sa, bv4.x, vi * kv.x));
+                x[1] = fmaf(x[1], dv.y, fmaf(sa, bv4.y, vi * kv.y));
+                x[2] = fmaf(x[2], dv.z, fmaf(sa, bv4.z, vi * kv.z));
+                x[3] = fmaf(x[3], dv.w, fmaf(sa, bv4.w, vi * kv.w));
+                acc[c + 0] = fmaf(x[0], rv.x, acc[c + 0]);
+                acc[c + 1] = fmaf(x[1], rv.y, acc[c + 1]);
+                acc[c + 2] = fmaf(x[2], rv.z, acc[c + 2]);
+                acc[c + 3] = fmaf(x[3], rv.w, acc[c + 3]);
+            }
+            const float y = lanes_sum<P>(((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+                                         ((acc[2] + acc[6]) + (acc[3] + acc[7])));
+            if (want_y && q == 0) store_elem(p.y, by + (tc + u) * p.y.s[1], y);
+        }
+        /* the next chunk into the other buffer (its readers passed the last barrier), then
+         * the one after that into registers */
+        stage(buf ^ 1, (int)min64(CH, t1 - tc - CH));
+        prefetch(tc + 2 * CH);
+        __syncthreads();
+    }
+    store_state_rows<T>(p.state_out, pos.s, pos.h, i, q, S);
+}
+
+/* Lanes per row for a forward launch of `blocks` (sequence, head) blocks: the fewest that
+ * give the GPU at least kFwdWarpsPerSm warps per SM (fewer lanes = less shuffling and shared
+ * traffic per row; more = shorter per-token chains when the GPU would otherwise idle).
+ * WKV_CUDA_RWKV7_LANES (1, 2, 4 or 8) overrides it, for measurements. */
+constexpr int kFwdWarpsPerSm = 3;
+
+int forward_lanes(int N, int64_t blocks, int sms) {
+    static const int forced = [] {
+        const char* e = std::getenv("WKV_CUDA_RWKV7_LANES");
+        const int x = e ? std::atoi(e) : 0;
+        return x == 1 || x == 2 || x == 4 || x == 8 ? x : 0;
+    }();
+    /* N = 128: one lane would hold 128 state registers; eight would stage < 1 token each */
+    const int min_p = N == 128 ? 2 : 1, max_p = N == 128 ? 4 : 8;
+    if (forced) return forced < min_p ? min_p : forced > max_p ? max_p : forced;
+    int P = min_p;
+    while (P < max_p && blocks * N * P < (int64_t)kFwdWarpsPerSm * 32 * (sms > 0 ? sms : 1)) P *= 2;
+    return P;
 }
 
 /* ------------------------------------------------------------------------------ backward */
@@ -813,8 +886,18 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
 }
 
 template <int N>
-int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, cudaStream_t stream) {
-    rwkv7_forward_kernel<N><<<(unsigned)blocks, FwdTile<N>::T::NT, 0, stream>>>(p);
+int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t stream) {
+    const unsigned nb = (unsigned)blocks;
+    switch (forward_lanes(N, blocks, sms)) {
+    case 1:
+        if constexpr (N != 128) rwkv7_forward_kernel<N, 1><<<nb, N, 0, stream>>>(p);
+        break;
+    case 2: rwkv7_forward_kernel<N, 2><<<nb, N * 2, 0, stream>>>(p); break;
+    case 4: rwkv7_forward_kernel<N, 4><<<nb, N * 4, 0, stream>>>(p); break;
+    default:
+        if constexpr (N != 128) rwkv7_forward_kernel<N, 8><<<nb, N * 8, 0, stream>>>(p);
+        break;
+    }
     return (int)cudaGetLastError();
 }
 
@@ -837,12 +920,12 @@ size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2) {
 
 int rwkv7_max_k1() { return kMaxK1; }
 
-int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, void* stream) {
+int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, int sms, void* stream) {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (N) {
-    case 32: return launch_fwd<32>(p, blocks, s);
-    case 64: return launch_fwd<64>(p, blocks, s);
-    case 128: return launch_fwd<128>(p, blocks, s);
+    case 32: return launch_fwd<32>(p, blocks, sms, s);
+    case 64: return launch_fwd<64>(p, blocks, sms, s);
+    case 128: return launch_fwd<128>(p, blocks, sms, s);
     default: return (int)cudaErrorInvalidValue;
     }
 }
@@ -870,9 +953,9 @@ int rwkv7_prepare_backward(int N, size_t smem) {
 int rwkv7_check_kernel_image(int N) {
     cudaFuncAttributes attr;
     switch (N) {
-    case 32: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<32>);
-    case 64: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<64>);
-    case 128: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<128>);
+    case 32: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<32, 1>);
+    case 64: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<64, 1>);
+    case 128: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<128, 2>);
     default: return (int)cudaErrorInvalidValue;
     }
 }
