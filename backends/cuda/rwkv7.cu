@@ -157,6 +157,8 @@ __device__ __forceinline__ void lds_r(const float* p, float* x) {
     if constexpr (R == 4) {
         const float4 v = *reinterpret_cast<const float4*>(p);
         x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else if constexpr (R == 1) {
+        x[0] = *p;
     } else {
         const float2 v = *reinterpret_cast<const float2*>(p);
         x[0] = v.x, x[1] = v.y;
@@ -279,110 +281,119 @@ __device__ __forceinline__ void load_state_cols(const DevView& v, int64_t s, int
         for (int m = 0; m < T::C; ++m) D[cc][m] = p[base + cc * v.s[3] + (int64_t)(q + L * m) * v.s[2]];
 }
 
-/* ---------------------------------------------------------------------- one forward step */
-
-/* S (the thread's tile) <- one token. v_rows points at v of the tile's first row. Returns
- * sa of the tile's rows in sa[]; with want_y also y (reduced over the lanes) in y[]. */
-template <class T>
-__device__ __forceinline__ void fwd_step(float (&S)[T::R][T::C], int q, const float* v_rows,
-                                         const float* d, const float* k, const float* a,
-                                         const float* b, const float* r, bool want_y,
-                                         float (&sa)[T::R], float (&y)[T::R]) {
-    constexpr int R = T::R, L = T::L, G = T::G;
-    const float4* a4 = reinterpret_cast<const float4*>(a);
-    const float4* d4 = reinterpret_cast<const float4*>(d);
-    const float4* k4 = reinterpret_cast<const float4*>(k);
-    const float4* b4 = reinterpret_cast<const float4*>(b);
-    float vr[R];
-    lds_r<R>(v_rows, vr);
-    float acc[R], acc2[R]; /* two chains per row */
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f, acc2[rr] = 0.0f;
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        const float4 av = a4[g * L + q];
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) {
-            acc[rr] = fmaf(S[rr][4 * g + 0], av.x, acc[rr]);
-            acc2[rr] = fmaf(S[rr][4 * g + 1], av.y, acc2[rr]);
-            acc[rr] = fmaf(S[rr][4 * g + 2], av.z, acc[rr]);
-            acc2[rr] = fmaf(S[rr][4 * g + 3], av.w, acc2[rr]);
-        }
-    }
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) sa[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        const float4 dv = d4[g * L + q], kv = k4[g * L + q], bv = b4[g * L + q];
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) {
-            float* x = &S[rr][4 * g];
-            x[0] = fmaf(x[0], dv.x, fmaf(sa[rr], bv.x, vr[rr] * kv.x));
-            x[1] = fmaf(x[1], dv.y, fmaf(sa[rr], bv.y, vr[rr] * kv.y));
-            x[2] = fmaf(x[2], dv.z, fmaf(sa[rr], bv.z, vr[rr] * kv.z));
-            x[3] = fmaf(x[3], dv.w, fmaf(sa[rr], bv.w, vr[rr] * kv.w));
-        }
-    }
-    if (want_y) {
-        const float4* r4 = reinterpret_cast<const float4*>(r);
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f, acc2[rr] = 0.0f;
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const float4 rv = r4[g * L + q];
-#pragma unroll
-            for (int rr = 0; rr < R; ++rr) {
-                acc[rr] = fmaf(S[rr][4 * g + 0], rv.x, acc[rr]);
-                acc2[rr] = fmaf(S[rr][4 * g + 1], rv.y, acc2[rr]);
-                acc[rr] = fmaf(S[rr][4 * g + 2], rv.z, acc[rr]);
-                acc2[rr] = fmaf(S[rr][4 * g + 3], rv.w, acc2[rr]);
-            }
-        }
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) y[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
-    }
-}
-
 /* ------------------------------------------------------------------------------- forward */
 
-/* Row ownership: thread (i, q) of a block of N * P threads holds columns J(q) of value row i
- * (N / P floats in registers; P "lanes" per row, P in {1, 2, 4, 8}; N = 128: {2, 4}). Rows are independent:
- *     sa_i = S_i . a;   S_i <- S_i o decay + sa_i b + v_i k;   y_i = S_i . r
- * so with P = 1 a token needs no shuffle at all; with P > 1 two lanes_sum<P> per token. P
- * trades per-token latency (N / P columns per thread) for lanes and shuffles: chosen per
- * launch from the number of warps it gives the GPU (forward_lanes below), so B = 8 runs one
- * thread per row and B = 1 spreads each row over 8 lanes. The choice depends only on the
- * launch's block count, never on T, so T one-token calls equal one T-token call bit for bit.
+/* Rows are independent (sa_i = S_i . a; S_i <- S_i o decay + sa_i b + v_i k; y_i = S_i . r),
+ * so thread (rg, q) of a block owns R whole-row slices: rows rg R .. rg R + R - 1, columns
+ * J(q) of each (N / P floats per row; P = kFwdLanes lanes per row, adjacent in the warp).
+ * A token costs 2 lanes_sum<P> per row and one float4 shared-memory read per 4 columns that
+ * serves all R rows. What limits the kernel is shared-memory wavefronts (every float4 read is
+ * 4 of them per warp even when the warp reads one address: 1280 per token per SM at B=8 with
+ * R = 1, the measured bound of the first row version) against latency (fewer, longer
+ * threads); R trades the two and is chosen per launch (forward_rows). P is fixed per head
+ * size, and every row's arithmetic depends on P only, so results are the same bits whatever
+ * R, B or T: T one-token calls equal one T-token call.
  *
- * Tokens are staged in chunks of CH = 8 (N = 128: 4) (r, decay, k, v, a, b; the decay transform on
- * the way in) into a double-buffered shared-memory area: the chunk after next is loaded into
- * registers (clamped token index, so no load sits under a branch) while the block computes
- * the current one, then written to the other buffer; one __syncthreads per chunk. y is
- * stored straight from the lane-0 thread of each row (a warp stores 32 / P adjacent rows). */
-template <int N, int P>
+ * Chunked kernel (any T): tokens are staged in chunks of CH = 8 (N = 128: 4) (r, decay, k,
+ * v, a, b; the decay transform on the way in) into a double-buffered shared-memory area: the
+ * chunk after next is loaded into registers (clamped token index, so no load sits under a
+ * branch) while the block computes the current one, then written to the other buffer; one
+ * __syncthreads per chunk. y is stored straight from each row's lane 0.
+ * Decode kernel (unpacked T = 1, N <= 64): no shared memory and no barrier; each thread loads the
+ * token values of its columns and its state rows at once (one memory round trip). */
+template <int N>
+struct FwdLanes { /* the same for every N today (P = 4 was slower at every shape measured) */
+    static constexpr int P = 2;
+};
+
+template <int N, int R>
 struct RowTile {
-    static constexpr int C = N / P;       /* columns per thread */
+    static constexpr int P = FwdLanes<N>::P;
+    static constexpr int C = N / P;       /* columns per row per thread */
     static constexpr int G = C / 4;       /* float4 groups of those */
-    static constexpr int CH = N == 128 ? 4 : 8; /* tokens per staged chunk (N = 128: 48 KB static smem) */
-    static constexpr int PER = CH / P;    /* tokens a thread stages per chunk (NT / N = P per column) */
-    using StateTile = Tile<N, 1, P>;      /* the state loaders' view: R = 1 row, L = P lanes */
-    static_assert(G >= 1 && CH % P == 0 && PER >= 1 && StateTile::TPJ == P && StateTile::NT == N * P,
-                  "row tile");
+    static constexpr int CH = N == 128 ? 4 : 8; /* tokens per staged chunk (N = 128: 48 KB smem) */
+    using StateTile = Tile<N, R, P>;      /* the state loaders' view */
+    static constexpr int NT = StateTile::NT;
+    static constexpr int TPJ = StateTile::TPJ; /* staging: threads per column */
+    static constexpr int PER = CH / TPJ;  /* tokens a thread stages per chunk */
+    static_assert(G >= 1 && CH % TPJ == 0 && PER >= 1, "row tile");
 };
 
 enum { F_R = 0, F_D, F_K, F_V, F_A, F_B, F_NUM };
 
-template <int N, int P>
-__global__ void __launch_bounds__(N * P)
+/* x . y over the thread's 4 G columns (8 independent chains), then over the P lanes. */
+template <int P, int G>
+__device__ __forceinline__ float row_dot(const float (&x)[4 * G], const float4 (&y4)[G]) {
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const int c = (g & 1) * 4;
+        acc[c + 0] = fmaf(x[4 * g + 0], y4[g].x, acc[c + 0]);
+        acc[c + 1] = fmaf(x[4 * g + 1], y4[g].y, acc[c + 1]);
+        acc[c + 2] = fmaf(x[4 * g + 2], y4[g].z, acc[c + 2]);
+        acc[c + 3] = fmaf(x[4 * g + 3], y4[g].w, acc[c + 3]);
+    }
+    return lanes_sum<P>(((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])));
+}
+
+/* One token on one row slice: sa = S . a, then S <- S o decay + sa b + v k. Returns sa. The
+ * forward kernels and the backward's replay share it (one arithmetic for the recurrence). */
+template <int P, int G>
+__device__ __forceinline__ float row_update(float (&S)[4 * G], float v, const float4 (&a4)[G],
+                                            const float4 (&d4)[G], const float4 (&k4)[G],
+                                            const float4 (&b4)[G]) {
+    const float sa = row_dot<P, G>(S, a4);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        float* x = &S[4 * g];
+        x[0] = fmaf(x[0], d4[g].x, fmaf(sa, b4[g].x, v * k4[g].x));
+        x[1] = fmaf(x[1], d4[g].y, fmaf(sa, b4[g].y, v * k4[g].y));
+        x[2] = fmaf(x[2], d4[g].z, fmaf(sa, b4[g].z, v * k4[g].z));
+        x[3] = fmaf(x[3], d4[g].w, fmaf(sa, b4[g].w, v * k4[g].w));
+    }
+    return sa;
+}
+
+/* The thread's float4 groups g P + q, g < G, of a token vector in shared memory. */
+template <int P, int G>
+__device__ __forceinline__ void lds_groups(const float* vec, int q, float4 (&x4)[G]) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) x4[g] = reinterpret_cast<const float4*>(vec)[g * P + q];
+}
+
+/* One token on the thread's R row slices from the token's vectors in shared memory (tok[f],
+ * f in F_R..F_B); returns y of the rows. */
+template <int R, int P, int G>
+__device__ __forceinline__ void row_step(float (&S)[R][4 * G], const float* const (&tok)[F_NUM],
+                                         int rg, int q, float (&y)[R]) {
+    float4 a4[G], d4[G], k4[G], b4[G], r4[G];
+    lds_groups<P, G>(tok[F_A], q, a4);
+    lds_groups<P, G>(tok[F_D], q, d4);
+    lds_groups<P, G>(tok[F_K], q, k4);
+    lds_groups<P, G>(tok[F_B], q, b4);
+    lds_groups<P, G>(tok[F_R], q, r4);
+    float v[R];
+    lds_r<R>(tok[F_V] + rg * R, v);
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+        row_update<P, G>(S[rr], v[rr], a4, d4, k4, b4);
+        y[rr] = row_dot<P, G>(S[rr], r4);
+    }
+}
+
+template <int N, int R>
+__global__ void __launch_bounds__(RowTile<N, R>::NT)
     rwkv7_forward_kernel(const __grid_constant__ Rwkv7FwdParams p) {
-    using RT = RowTile<N, P>;
+    using RT = RowTile<N, R>;
     using T = typename RT::StateTile;
-    constexpr int C = RT::C, G = RT::G, CH = RT::CH, PER = RT::PER;
+    constexpr int P = RT::P, C = RT::C, G = RT::G, CH = RT::CH, PER = RT::PER, TPJ = RT::TPJ;
     __shared__ __align__(16) float s_tok[2][CH][F_NUM][N];
 
     const int tid = threadIdx.x;
-    const int i = tid / P, q = tid % P;   /* compute: row i, columns J(q) */
-    const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + P x */
+    const int rg = tid / P, q = tid % P;  /* compute: rows rg R.., columns J(q) */
+    const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + TPJ x */
     const SeqPos pos = seq_pos(p.seq, p.H, p.T);
     const int64_t t0 = pos.t0, t1 = pos.t1;
     const bool want_y = p.y.data != nullptr;
@@ -393,15 +404,15 @@ __global__ void __launch_bounds__(N * P)
     const int64_t bv = tok_base(p.v, pos.batch, pos.h) + sj * p.v.s[3];
     const int64_t ba = tok_base(p.a, pos.batch, pos.h) + sj * p.a.s[3];
     const int64_t bb = tok_base(p.b, pos.batch, pos.h) + sj * p.b.s[3];
-    const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) + i * p.y.s[3] : 0;
+    const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) + (int64_t)(rg * R) * p.y.s[3] : 0;
 
     float pr[PER], pw[PER], pk[PER], pv[PER], pa[PER], pb[PER];
-    /* tokens tc + u of the chunk at tc, u clamped to the last token of the sequence: every
-     * load is unconditional (see load_elem for why that matters) */
+    /* tokens tc + u of the chunk at tc, clamped to the last token of the sequence: every load
+     * is unconditional (see load_elem for why that matters) */
     auto prefetch = [&](int64_t tc) {
 #pragma unroll
         for (int x = 0; x < PER; ++x) {
-            const int64_t t = min64(tc + su + P * x, t1 - 1);
+            const int64_t t = min64(tc + su + TPJ * x, t1 - 1);
             pr[x] = load_elem(p.r, br + t * p.r.s[1]);
             pw[x] = load_elem(p.w, bw + t * p.w.s[1]);
             pk[x] = load_elem(p.k, bk + t * p.k.s[1]);
@@ -413,7 +424,7 @@ __global__ void __launch_bounds__(N * P)
     auto stage = [&](int buf, int m) {
 #pragma unroll
         for (int x = 0; x < PER; ++x) {
-            const int u = su + P * x;
+            const int u = su + TPJ * x;
             if (u < m) {
                 float ddw;
                 s_tok[buf][u][F_R][sj] = pr[x];
@@ -427,8 +438,8 @@ __global__ void __launch_bounds__(N * P)
     };
 
     if (t0 < t1) prefetch(t0); /* token loads first: they overlap the state's */
-    float S[1][C];
-    load_state_rows<T>(p.state_in, pos.s, pos.h, i, q, S);
+    float S[R][C];
+    load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
     if (t0 < t1) {
         stage(0, (int)min64(CH, t1 - t0));
         prefetch(t0 + CH);
@@ -438,46 +449,14 @@ __global__ void __launch_bounds__(N * P)
     for (int64_t tc = t0; tc < t1; tc += CH, buf ^= 1) {
         const int m = (int)min64(CH, t1 - tc);
         for (int u = 0; u < m; ++u) {
-            const float4* a4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_A]);
-            const float4* d4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_D]);
-            const float4* k4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_K]);
-            const float4* b4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_B]);
-            const float4* r4 = reinterpret_cast<const float4*>(s_tok[buf][u][F_R]);
-            const float vi = s_tok[buf][u][F_V][i];
-            float acc[8]; /* independent chains: the dot product is latency bound otherwise */
+            const float* const tok[F_NUM] = {s_tok[buf][u][F_R], s_tok[buf][u][F_D], s_tok[buf][u][F_K],
+                                             s_tok[buf][u][F_V], s_tok[buf][u][F_A], s_tok[buf][u][F_B]};
+            float y[R];
+            row_step<R, P, G>(S, tok, rg, q, y);
+            if (want_y && q == 0) {
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                const float4 av = a4[g * P + q];
-                float* x = &S[0][4 * g];
-                const int c = (g & 1) * 4;
-                acc[c + 0] = fmaf(x[0], av.x, acc[c + 0]);
-                acc[c + 1] = fmaf(x[1], av.y, acc[c + 1]);
-                acc[c + 2] = fmaf(x[2], av.z, acc[c + 2]);
-                acc[c + 3] = fmaf(x[3], av.w, acc[c + 3]);
+                for (int rr = 0; rr < R; ++rr) store_elem(p.y, by + (tc + u) * p.y.s[1] + rr * p.y.s[3], y[rr]);
             }
-            const float sa = lanes_sum<P>(((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-                                          ((acc[2] + acc[6]) + (acc[3] + acc[7])));
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                const float4 dv = d4[g * P + q], kv = k4[g * P + q], bv4 = b4[g * P + q], rv = r4[g * P + q];
-                float* x = &S[0][4 * g];
-                const int c = (g & 1) * 4;
-                x[0] = fmaf(x[0], dv.x, fmaf(sa, bv4.x, vi * kv.x));
-                x[1] = fmaf(x[1], dv.y, fmaf(sa, bv4.y, vi * kv.y));
-                x[2] = fmaf(x[2], dv.z, fmaf(sa, bv4.z, vi * kv.z));
-                x[3] = fmaf(x[3], dv.w, fmaf(sa, bv4.w, vi * kv.w));
-                acc[c + 0] = fmaf(x[0], rv.x, acc[c + 0]);
-                acc[c + 1] = fmaf(x[1], rv.y, acc[c + 1]);
-                acc[c + 2] = fmaf(x[2], rv.z, acc[c + 2]);
-                acc[c + 3] = fmaf(x[3], rv.w, acc[c + 3]);
-            }
-            const float y = lanes_sum<P>(((acc[0] + acc[4]) + (acc[1] + acc[5])) +
-                                         ((acc[2] + acc[6]) + (acc[3] + acc[7])));
-            if (want_y && q == 0) store_elem(p.y, by + (tc + u) * p.y.s[1], y);
         }
         /* the next chunk into the other buffer (its readers passed the last barrier), then
          * the one after that into registers */
@@ -485,27 +464,65 @@ __global__ void __launch_bounds__(N * P)
         prefetch(tc + 2 * CH);
         __syncthreads();
     }
-    store_state_rows<T>(p.state_out, pos.s, pos.h, i, q, S);
+    store_state_rows<T>(p.state_out, pos.s, pos.h, rg, q, S);
 }
 
-/* Lanes per row for a forward launch of `blocks` (sequence, head) blocks: the fewest that
- * give the GPU at least kFwdWarpsPerSm warps per SM (fewer lanes = less shuffling and shared
- * traffic per row; more = shorter per-token chains when the GPU would otherwise idle).
- * WKV_CUDA_RWKV7_LANES (1, 2, 4 or 8) overrides it, for measurements. */
-constexpr int kFwdWarpsPerSm = 3;
+/* Unpacked T = 1: the chunked kernel's work for one token, without its loop: token loads and
+ * state loads issued together, one barrier. */
+template <int N, int R>
+__global__ void __launch_bounds__(RowTile<N, R>::NT)
+    rwkv7_decode_kernel(const __grid_constant__ Rwkv7FwdParams p) {
+    using RT = RowTile<N, R>;
+    using T = typename RT::StateTile;
+    constexpr int P = RT::P, C = RT::C, G = RT::G;
+    __shared__ __align__(16) float s_tok[F_NUM][N];
+    const int tid = threadIdx.x;
+    const int rg = tid / P, q = tid % P, sj = tid % N;
+    const int64_t blk = blockIdx.x, s = p.seq.first + blk / p.H, h = blk % p.H;
+    /* every thread loads column sj (threads past N load it again: no load under a branch) */
+    const float xr = load_elem(p.r, tok_base(p.r, s, h) + sj * p.r.s[3]);
+    const float xw = load_elem(p.w, tok_base(p.w, s, h) + sj * p.w.s[3]);
+    const float xk = load_elem(p.k, tok_base(p.k, s, h) + sj * p.k.s[3]);
+    const float xv = load_elem(p.v, tok_base(p.v, s, h) + sj * p.v.s[3]);
+    const float xa = load_elem(p.a, tok_base(p.a, s, h) + sj * p.a.s[3]);
+    const float xb = load_elem(p.b, tok_base(p.b, s, h) + sj * p.b.s[3]);
+    float S[R][C];
+    load_state_rows<T>(p.state_in, s, h, rg, q, S);
+    if (tid < N) {
+        float ddw;
+        s_tok[F_R][sj] = xr;
+        s_tok[F_D][sj] = decay_of(p.form, xw, &ddw);
+        s_tok[F_K][sj] = xk;
+        s_tok[F_V][sj] = xv;
+        s_tok[F_A][sj] = xa;
+        s_tok[F_B][sj] = xb;
+    }
+    __syncthreads();
+    const float* const tok[F_NUM] = {s_tok[F_R], s_tok[F_D], s_tok[F_K], s_tok[F_V], s_tok[F_A], s_tok[F_B]};
+    float y[R];
+    row_step<R, P, G>(S, tok, rg, q, y);
+    if (p.y.data && q == 0) {
+        const int64_t by = tok_base(p.y, s, h) + (int64_t)(rg * R) * p.y.s[3];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) store_elem(p.y, by + rr * p.y.s[3], y[rr]);
+    }
+    store_state_rows<T>(p.state_out, s, h, rg, q, S);
+}
 
-int forward_lanes(int N, int64_t blocks, int sms) {
+/* Rows per thread of the decode kernel (memory bound): two (16 float4 state loads in flight
+ * per thread) when that still gives the GPU a warp per scheduler, else one. The chunked
+ * kernel always takes one row (measured at the B = 8 anchor: R = 1, P = 2 2.72 ms; R = 2,
+ * P = 4 3.33; R = 4, P = 4 3.78; R = 1, P = 1 4.93). WKV_CUDA_RWKV7_ROWS (1 or 2) overrides
+ * the decode choice, for tests and measurements. */
+int forward_rows(int N, int64_t blocks, int sms) {
     static const int forced = [] {
-        const char* e = std::getenv("WKV_CUDA_RWKV7_LANES");
+        const char* e = std::getenv("WKV_CUDA_RWKV7_ROWS");
         const int x = e ? std::atoi(e) : 0;
-        return x == 1 || x == 2 || x == 4 || x == 8 ? x : 0;
+        return x == 1 || x == 2 ? x : 0;
     }();
-    /* N = 128: one lane would hold 128 state registers; eight would stage < 1 token each */
-    const int min_p = N == 128 ? 2 : 1, max_p = N == 128 ? 4 : 8;
-    if (forced) return forced < min_p ? min_p : forced > max_p ? max_p : forced;
-    int P = min_p;
-    while (P < max_p && blocks * N * P < (int64_t)kFwdWarpsPerSm * 32 * (sms > 0 ? sms : 1)) P *= 2;
-    return P;
+    if (N == 128) return 1; /* R = 2: 128 state registers per thread */
+    if (forced) return forced;
+    return blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * (int64_t)(sms > 0 ? sms : 1) ? 2 : 1;
 }
 
 /* ------------------------------------------------------------------------------ backward */
@@ -587,43 +604,51 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     const int64_t bdy = tok_base(p.dy, pos.batch, pos.h) + sj * p.dy.s[3];
     auto ioff = [&](const DevView& v, int64_t base, int64_t t) { return base + t * v.s[1]; };
 
-    /* The tile's checkpoint rows: row rg R + rr, float4 group g at ck + row N + 4 (g L + q). */
-    auto store_ckpt = [&](float* ck, const float (&S)[R][C]) {
+    /* Replay (passes A and the windows of B) runs in the forward kernel's layout, one row per
+     * PR adjacent lanes (S_rep: CR columns J(rq) of row ri), not in the gradient tile: its only
+     * outputs are full states (checkpoints, S_{t-1} in shared memory) and sa, and one row
+     * slice per thread needs 1 shuffle level per token instead of the tile's 3 per row. */
+    constexpr int PR = T::NT / N, CR = N / PR, GR = CR / 4;
+    using RepTile = Tile<N, 1, PR>;
+    static_assert(RepTile::NT == T::NT && RepTile::TPJ == PR, "replay layout");
+    const int ri = tid / PR, rq = tid % PR;
+    /* the thread's row slice <-> a row-major matrix with row stride `ld` */
+    auto rstore = [&](float* m, int ld, const float (&S)[1][CR]) {
+        float4* row = reinterpret_cast<float4*>(m + (size_t)ri * ld);
 #pragma unroll
-        for (int rr = 0; rr < R; ++rr) {
-            float4* row = reinterpret_cast<float4*>(ck + (size_t)(rg * R + rr) * N);
+        for (int g = 0; g < GR; ++g)
+            row[g * PR + rq] = make_float4(S[0][4 * g], S[0][4 * g + 1], S[0][4 * g + 2], S[0][4 * g + 3]);
+    };
+    auto rload = [&](const float* m, int ld, float (&S)[1][CR]) {
+        const float4* row = reinterpret_cast<const float4*>(m + (size_t)ri * ld);
 #pragma unroll
-            for (int g = 0; g < G; ++g)
-                row[g * L + q] = make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
+        for (int g = 0; g < GR; ++g) {
+            const float4 x = row[g * PR + rq];
+            S[0][4 * g] = x.x, S[0][4 * g + 1] = x.y, S[0][4 * g + 2] = x.z, S[0][4 * g + 3] = x.w;
         }
     };
-    auto load_ckpt = [&](const float* ck, float (&S)[R][C]) {
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) {
-            const float4* row = reinterpret_cast<const float4*>(ck + (size_t)(rg * R + rr) * N);
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                const float4 x = row[g * L + q];
-                S[rr][4 * g] = x.x, S[rr][4 * g + 1] = x.y, S[rr][4 * g + 2] = x.z, S[rr][4 * g + 3] = x.w;
-            }
-        }
-    };
-    auto step = [&](float (&S)[R][C], int u, float (&sa)[R]) {
-        float y[R];
-        fwd_step<T>(S, q, tokv(u, T_V) + rg * R, tokv(u, T_D), tokv(u, T_K), tokv(u, T_A),
-                    tokv(u, T_B), nullptr, false, sa, y);
+    /* one token of the replay; returns sa of row ri (all lanes) */
+    auto step = [&](float (&S)[1][CR], int u) -> float {
+        float4 a4[GR], d4[GR], k4[GR], b4[GR];
+        lds_groups<PR, GR>(tokv(u, T_A), rq, a4);
+        lds_groups<PR, GR>(tokv(u, T_D), rq, d4);
+        lds_groups<PR, GR>(tokv(u, T_K), rq, k4);
+        lds_groups<PR, GR>(tokv(u, T_B), rq, b4);
+        return row_update<PR, GR>(S[0], tokv(u, T_V)[ri], a4, d4, k4, b4);
     };
 
     /* ---------------- A: checkpoints (a forward pass, a segment prefetched ahead) */
     if (nseg > 0) {
-        float S[R][C];
-        load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
+        float S[1][CR];
+        load_state_rows<RepTile>(p.state_in, pos.s, pos.h, ri, rq, S);
         float pw[PERA], pk[PERA], pv[PERA], pa[PERA], pb[PERA];
-        auto prefetch = [&](int64_t ts) { /* unconditional loads, clamped token (see forward) */
+        /* unconditional loads (see load_elem), the token clamped into the segment and the
+         * sequence, so that the prefetch needs no branch around it either */
+        auto prefetch = [&](int64_t ts) {
 #pragma unroll
             for (int x = 0; x < PERA; ++x) {
                 const int u = su + TPJ * x;
-                const int64_t t = ts + (u < K1 ? u : K1 - 1);
+                const int64_t t = min64(ts + (u < K1 ? u : K1 - 1), t1 - 1);
                 pw[x] = load_elem(p.w, ioff(p.w, bw, t));
                 pk[x] = load_elem(p.k, ioff(p.k, bk, t));
                 pv[x] = load_elem(p.v, ioff(p.v, bv, t));
@@ -631,9 +656,9 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 pb[x] = load_elem(p.b, ioff(p.b, bb, t));
             }
         };
-        if (nseg > 1) prefetch(t0);
+        prefetch(t0);
         for (int64_t g = 0; g < nseg; ++g) {
-            store_ckpt(ckpt + (size_t)g * (N * N), S);
+            rstore(ckpt + (size_t)g * (N * N), N, S);
             if (g + 1 == nseg) break;
             __syncthreads();
 #pragma unroll
@@ -649,11 +674,8 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 }
             }
             __syncthreads();
-            if (g + 2 < nseg) prefetch(t0 + (g + 1) * K1);
-            for (int u = 0; u < K1; ++u) {
-                float sa[R];
-                step(S, u, sa);
-            }
+            prefetch(t0 + (g + 1) * K1);
+            for (int u = 0; u < K1; ++u) step(S, u);
         }
     }
 
@@ -668,76 +690,66 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         return pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + c * v.s[3];
     };
 
+    /* Segment staging: segment g - 1's tokens are loaded into registers (every load
+     * unconditional, the token clamped into the segment) while segment g is processed, and
+     * written to shared memory when its turn comes. */
+    constexpr int PB = kMaxK1 / TPJ;
+    static_assert(PB <= 4, "segment prefetch registers");
+    float lr[PB], lw[PB], lk[PB], lv[PB], la[PB], lb[PB], ldy[PB];
+    auto seg_prefetch = [&](int64_t g) {
+        const int64_t ts = t0 + g * K1;
+        const int m = (int)min64(K1, t1 - ts);
+#pragma unroll
+        for (int x = 0; x < PB; ++x) {
+            const int u = su + TPJ * x;
+            const int64_t t = ts + (u < m ? u : m - 1);
+            lr[x] = load_elem(p.r, ioff(p.r, br, t));
+            lw[x] = load_elem(p.w, ioff(p.w, bw, t));
+            lk[x] = load_elem(p.k, ioff(p.k, bk, t));
+            lv[x] = load_elem(p.v, ioff(p.v, bv, t));
+            la[x] = load_elem(p.a, ioff(p.a, ba, t));
+            lb[x] = load_elem(p.b, ioff(p.b, bb, t));
+            ldy[x] = load_elem(p.dy, ioff(p.dy, bdy, t));
+        }
+    };
+    if (nseg > 0) seg_prefetch(nseg - 1);
+
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = t0 + g * K1;
         const int m = (int)min64(K1, t1 - ts);
         __syncthreads();
-        {
-            /* staging: per group of tokens, all loads first (no branch), then guarded stores */
-            constexpr int PB = kMaxK1 / TPJ, SG = PB < 4 ? PB : 4;
 #pragma unroll
-            for (int x0 = 0; x0 < PB; x0 += SG) {
-                float lr[SG], lw[SG], lk[SG], lv[SG], la[SG], lb[SG], ldy[SG];
-#pragma unroll
-                for (int x = 0; x < SG; ++x) {
-                    const int u = su + TPJ * (x0 + x);
-                    const int64_t t = ts + (u < m ? u : m - 1);
-                    lr[x] = load_elem(p.r, ioff(p.r, br, t));
-                    lw[x] = load_elem(p.w, ioff(p.w, bw, t));
-                    lk[x] = load_elem(p.k, ioff(p.k, bk, t));
-                    lv[x] = load_elem(p.v, ioff(p.v, bv, t));
-                    la[x] = load_elem(p.a, ioff(p.a, ba, t));
-                    lb[x] = load_elem(p.b, ioff(p.b, bb, t));
-                    ldy[x] = load_elem(p.dy, ioff(p.dy, bdy, t));
-                }
-#pragma unroll
-                for (int x = 0; x < SG; ++x) {
-                    const int u = su + TPJ * (x0 + x);
-                    if (u < m) {
-                        float ddw;
-                        tokv(u, T_D)[sj] = decay_of(p.form, lw[x], &ddw);
-                        tokv(u, T_DDW)[sj] = ddw;
-                        tokv(u, T_K)[sj] = lk[x];
-                        tokv(u, T_V)[sj] = lv[x];
-                        tok_vp(u)[perm_index<T>(sj)] = lv[x];
-                        tokv(u, T_A)[sj] = la[x];
-                        tokv(u, T_B)[sj] = lb[x];
-                        tokv(u, T_R)[sj] = lr[x];
-                        tokv(u, T_DY)[sj] = ldy[x];
-                        tok_dyp(u)[perm_index<T>(sj)] = ldy[x];
-                    }
-                }
+        for (int x = 0; x < PB; ++x) {
+            const int u = su + TPJ * x;
+            if (u < m) {
+                float ddw;
+                tokv(u, T_D)[sj] = decay_of(p.form, lw[x], &ddw);
+                tokv(u, T_DDW)[sj] = ddw;
+                tokv(u, T_K)[sj] = lk[x];
+                tokv(u, T_V)[sj] = lv[x];
+                tok_vp(u)[perm_index<T>(sj)] = lv[x];
+                tokv(u, T_A)[sj] = la[x];
+                tokv(u, T_B)[sj] = lb[x];
+                tokv(u, T_R)[sj] = lr[x];
+                tokv(u, T_DY)[sj] = ldy[x];
+                tok_dyp(u)[perm_index<T>(sj)] = ldy[x];
             }
         }
         __syncthreads();
+        seg_prefetch(g > 0 ? g - 1 : 0);
         const float* ckg = ckpt + (size_t)g * (N * N);
         const int nsub = (m + K2 - 1) / K2;
         for (int sb = nsub - 1; sb >= 0; --sb) {
             const int u0 = sb * K2, mu = min(K2, m - u0);
             /* replay: checkpoint -> state before u0 (registers), then the window into smem */
             {
-                float S[R][C];
-                load_ckpt(ckg, S);
-                for (int u = 0; u < u0; ++u) {
-                    float sa[R];
-                    step(S, u, sa);
-                }
+                float S[1][CR];
+                rload(ckg, N, S);
+                for (int u = 0; u < u0; ++u) step(S, u);
                 for (int x = 0; x < mu; ++x) {
-#pragma unroll
-                    for (int rr = 0; rr < R; ++rr) {
-                        float4* row = reinterpret_cast<float4*>(s_states + ((size_t)x * N + rg * R + rr) * NP);
-#pragma unroll
-                        for (int gg = 0; gg < G; ++gg)
-                            row[gg * L + q] = make_float4(S[rr][4 * gg], S[rr][4 * gg + 1],
-                                                          S[rr][4 * gg + 2], S[rr][4 * gg + 3]);
-                    }
-                    float sa[R];
-                    step(S, u0 + x, sa);
-                    if (q == 0) {
-#pragma unroll
-                        for (int rr = 0; rr < R; ++rr)
-                            s_sa[(size_t)x * PV + perm_index<T>(rg * R + rr)] = sa[rr];
-                    }
+                    rstore(s_states + (size_t)x * N * NP, NP, S);
+                    const float sa = step(S, u0 + x);
+                    if (rq == 0) s_sa[(size_t)x * PV + perm_index<T>(ri)] = sa;
                 }
             }
             __syncthreads();
@@ -888,16 +900,9 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
 template <int N>
 int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t stream) {
     const unsigned nb = (unsigned)blocks;
-    switch (forward_lanes(N, blocks, sms)) {
-    case 1:
-        if constexpr (N != 128) rwkv7_forward_kernel<N, 1><<<nb, N, 0, stream>>>(p);
-        break;
-    case 2: rwkv7_forward_kernel<N, 2><<<nb, N * 2, 0, stream>>>(p); break;
-    case 4: rwkv7_forward_kernel<N, 4><<<nb, N * 4, 0, stream>>>(p); break;
-    default:
-        if constexpr (N != 128) rwkv7_forward_kernel<N, 8><<<nb, N * 8, 0, stream>>>(p);
-        break;
-    }
+    if (p.seq.packed || p.T != 1) rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+    else if (forward_rows(N, blocks, sms) == 1) rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+    else if constexpr (N != 128) rwkv7_decode_kernel<N, 2><<<nb, RowTile<N, 2>::NT, 0, stream>>>(p);
     return (int)cudaGetLastError();
 }
 
@@ -955,7 +960,7 @@ int rwkv7_check_kernel_image(int N) {
     switch (N) {
     case 32: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<32, 1>);
     case 64: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<64, 1>);
-    case 128: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<128, 2>);
+    case 128: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<128, 1>);
     default: return (int)cudaErrorInvalidValue;
     }
 }
