@@ -604,43 +604,44 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     const int64_t bdy = tok_base(p.dy, pos.batch, pos.h) + sj * p.dy.s[3];
     auto ioff = [&](const DevView& v, int64_t base, int64_t t) { return base + t * v.s[1]; };
 
-    /* Replay (passes A and the windows of B) runs in the forward kernel's layout, one row per
-     * PR adjacent lanes (S_rep: CR columns J(rq) of row ri), not in the gradient tile: its only
-     * outputs are full states (checkpoints, S_{t-1} in shared memory) and sa, and one row
-     * slice per thread needs 1 shuffle level per token instead of the tile's 3 per row. */
-    constexpr int PR = T::NT / N, CR = N / PR, GR = CR / 4;
-    using RepTile = Tile<N, 1, PR>;
-    static_assert(RepTile::NT == T::NT && RepTile::TPJ == PR, "replay layout");
-    const int ri = tid / PR, rq = tid % PR;
-    /* the thread's row slice <-> a row-major matrix with row stride `ld` */
-    auto rstore = [&](float* m, int ld, const float (&S)[1][CR]) {
-        float4* row = reinterpret_cast<float4*>(m + (size_t)ri * ld);
+    /* The tile's checkpoint rows: row rg R + rr, float4 group g at ck + row ld + 4 (g L + q). */
+    auto store_rows = [&](float* ck, int ld, const float (&S)[R][C]) {
 #pragma unroll
-        for (int g = 0; g < GR; ++g)
-            row[g * PR + rq] = make_float4(S[0][4 * g], S[0][4 * g + 1], S[0][4 * g + 2], S[0][4 * g + 3]);
-    };
-    auto rload = [&](const float* m, int ld, float (&S)[1][CR]) {
-        const float4* row = reinterpret_cast<const float4*>(m + (size_t)ri * ld);
+        for (int rr = 0; rr < R; ++rr) {
+            float4* row = reinterpret_cast<float4*>(ck + (size_t)(rg * R + rr) * ld);
 #pragma unroll
-        for (int g = 0; g < GR; ++g) {
-            const float4 x = row[g * PR + rq];
-            S[0][4 * g] = x.x, S[0][4 * g + 1] = x.y, S[0][4 * g + 2] = x.z, S[0][4 * g + 3] = x.w;
+            for (int g = 0; g < G; ++g)
+                row[g * L + q] = make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
         }
     };
-    /* one token of the replay; returns sa of row ri (all lanes) */
-    auto step = [&](float (&S)[1][CR], int u) -> float {
-        float4 a4[GR], d4[GR], k4[GR], b4[GR];
-        lds_groups<PR, GR>(tokv(u, T_A), rq, a4);
-        lds_groups<PR, GR>(tokv(u, T_D), rq, d4);
-        lds_groups<PR, GR>(tokv(u, T_K), rq, k4);
-        lds_groups<PR, GR>(tokv(u, T_B), rq, b4);
-        return row_update<PR, GR>(S[0], tokv(u, T_V)[ri], a4, d4, k4, b4);
+    auto load_rows = [&](const float* ck, int ld, float (&S)[R][C]) {
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            const float4* row = reinterpret_cast<const float4*>(ck + (size_t)(rg * R + rr) * ld);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float4 x = row[g * L + q];
+                S[rr][4 * g] = x.x, S[rr][4 * g + 1] = x.y, S[rr][4 * g + 2] = x.z, S[rr][4 * g + 3] = x.w;
+            }
+        }
+    };
+    /* one token of the replay on the tile's R rows (each float4 read serves the R rows) */
+    auto step = [&](float (&S)[R][C], int u, float (&sa)[R]) {
+        float4 a4[G], d4[G], k4[G], b4[G];
+        lds_groups<L, G>(tokv(u, T_A), q, a4);
+        lds_groups<L, G>(tokv(u, T_D), q, d4);
+        lds_groups<L, G>(tokv(u, T_K), q, k4);
+        lds_groups<L, G>(tokv(u, T_B), q, b4);
+        float v[R];
+        lds_r<R>(tokv(u, T_V) + rg * R, v);
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) sa[rr] = row_update<L, G>(S[rr], v[rr], a4, d4, k4, b4);
     };
 
     /* ---------------- A: checkpoints (a forward pass, a segment prefetched ahead) */
     if (nseg > 0) {
-        float S[1][CR];
-        load_state_rows<RepTile>(p.state_in, pos.s, pos.h, ri, rq, S);
+        float S[R][C];
+        load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
         float pw[PERA], pk[PERA], pv[PERA], pa[PERA], pb[PERA];
         /* unconditional loads (see load_elem), the token clamped into the segment and the
          * sequence, so that the prefetch needs no branch around it either */
@@ -658,7 +659,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         };
         prefetch(t0);
         for (int64_t g = 0; g < nseg; ++g) {
-            rstore(ckpt + (size_t)g * (N * N), N, S);
+            store_rows(ckpt + (size_t)g * (N * N), N, S);
             if (g + 1 == nseg) break;
             __syncthreads();
 #pragma unroll
@@ -675,7 +676,10 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
             }
             __syncthreads();
             prefetch(t0 + (g + 1) * K1);
-            for (int u = 0; u < K1; ++u) step(S, u);
+            for (int u = 0; u < K1; ++u) {
+                float sa[R];
+                step(S, u, sa);
+            }
         }
     }
 
@@ -743,13 +747,21 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
             const int u0 = sb * K2, mu = min(K2, m - u0);
             /* replay: checkpoint -> state before u0 (registers), then the window into smem */
             {
-                float S[1][CR];
-                rload(ckg, N, S);
-                for (int u = 0; u < u0; ++u) step(S, u);
+                float S[R][C];
+                load_rows(ckg, N, S);
+                for (int u = 0; u < u0; ++u) {
+                    float sa[R];
+                    step(S, u, sa);
+                }
                 for (int x = 0; x < mu; ++x) {
-                    rstore(s_states + (size_t)x * N * NP, NP, S);
-                    const float sa = step(S, u0 + x);
-                    if (rq == 0) s_sa[(size_t)x * PV + perm_index<T>(ri)] = sa;
+                    store_rows(s_states + (size_t)x * N * NP, NP, S);
+                    float sa[R];
+                    step(S, u0 + x, sa);
+                    if (q == 0) {
+#pragma unroll
+                        for (int rr = 0; rr < R; ++rr)
+                            s_sa[(size_t)x * PV + perm_index<T>(rg * R + rr)] = sa[rr];
+                    }
                 }
             }
             __syncthreads();
