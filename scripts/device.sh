@@ -90,6 +90,10 @@ stamp "ctest rc=$ctest_rc" | tee -a "$summary"
 "$build/backends/cuda/tests/wkv_cuda_tests" -tc="*golden*" -s >"$out/cuda_tests.log" 2>&1
 grep -E "MESSAGE: golden" "$out/cuda_tests.log" | sed 's/.*MESSAGE: //' | tee -a "$summary"
 "$build/backends/cuda/tests/wkv_cuda_tests" -tc="*info*" -s 2>&1 | grep "MESSAGE: device" | tee -a "$summary"
+# RWKV-7's decode kernel with two rows per thread everywhere (by default only large batches
+# take it; results must be the same bits, backends/cuda/rwkv7.cu)
+WKV_CUDA_RWKV7_ROWS=2 "$build/backends/cuda/tests/wkv_cuda_tests" >"$out/cuda_tests_rows2.log" 2>&1
+note "wkv_cuda_tests with WKV_CUDA_RWKV7_ROWS=2: rc=$? $(grep -E 'test cases:' "$out/cuda_tests_rows2.log")"
 
 # the command-line checker on the CUDA backend: host tensors, staged by the plugin
 : >"$out/golden_bench.log"

@@ -13,22 +13,23 @@
  * One block per (sequence, head). A thread owns a register tile of the state: R value rows
  * (rows rg R .. rg R + R - 1) times the N / L key columns
  *     J(q) = { 4 (g L + q) + e : g < N / (4 L), e < 4 },   q = lane within the row group,
- * so a block has (N / R) * L threads (Tile below; forward: N=32: R=2, L=8, 128 threads;
- * N=64: R=4, L=8, 128 threads; N=128: R=4, L=8, 256 threads; backward: N=32: R=2, L=8, 128;
- * N=64: R=4, L=8, 128; N=128: R=2, L=8, 512). Token
- * vectors (r, decay, k, a, b) sit in shared memory; each float4 a thread reads serves its R
- * rows, which divides the shared-memory traffic (the limit of a one-row-per-thread design) by
- * R. The float4 groups are interleaved across the L lanes so a warp's reads hit distinct banks.
- * Row sums (sa, y; in backward dv and d sa) are butterfly-reduced over the L lanes of a row
- * group (adjacent lanes of one warp). Global indices are int64 arithmetic on the views'
- * strides; tensors need only natural alignment.
+ * so a block has (N / R) * L threads (Tile below). Forward: R = 1 row (2 in the decode kernel
+ * at large batch), L = P = 2 lanes, 2 N threads (N in that case); backward: N=32: R=2, L=8,
+ * 128 threads; N=64: R=4, L=8, 128; N=128: R=2, L=8, 512. Token vectors (r, decay, k, a, b)
+ * sit in shared memory; each float4 a thread reads serves its R rows. The float4 groups are
+ * interleaved across the L lanes so a warp's reads hit distinct banks. Row sums (sa, y; in
+ * backward dv and d sa) are butterfly-reduced over the L lanes of a row group (adjacent lanes
+ * of one warp). Global indices are int64 arithmetic on the views' strides; tensors need only
+ * natural alignment.
  *
  * ------------------------------------------------------------------------------ FORWARD
- * Tokens are staged through shared memory in chunks of 8: each thread loads its share of
- * chunk c + 1 (r w k v a b) into registers while the block computes chunk c; the decay
- * transform happens on the way into shared memory; y is gathered in shared memory and written
- * per chunk. The state is read once at the start and written once at the end, so state_out
- * may be state_in. No workspace.
+ * Chunked kernel (any T, packed): tokens staged through double-buffered shared memory in
+ * chunks of 8 (N = 128: 4), the chunk after next prefetched into registers, one barrier per
+ * chunk; y stored straight from registers. Decode kernel (unpacked T = 1): the same step for
+ * one token, token and state loads issued together, one barrier. Both share row_step, and
+ * every row's arithmetic depends only on L, so results do not depend on the kernel, B or T
+ * (details at the forward kernels). The state is read once at the start and written once at
+ * the end, so state_out may be state_in. No workspace.
  *
  * ------------------------------------------------------------------------------ BACKWARD
  * K1 = tokens per checkpointed segment, K2 = tokens replayed into shared memory at once (K1 a
@@ -281,26 +282,92 @@ __device__ __forceinline__ void load_state_cols(const DevView& v, int64_t s, int
         for (int m = 0; m < T::C; ++m) D[cc][m] = p[base + cc * v.s[3] + (int64_t)(q + L * m) * v.s[2]];
 }
 
+/* ---------------------------------------------------------------------- one forward step */
+
+/* S (the thread's tile) <- one token. v_rows points at v of the tile's first row. Returns
+ * sa of the tile's rows in sa[]; with want_y also y (reduced over the lanes) in y[]. */
+template <class T>
+__device__ __forceinline__ void fwd_step(float (&S)[T::R][T::C], int q, const float* v_rows,
+                                         const float* d, const float* k, const float* a,
+                                         const float* b, const float* r, bool want_y,
+                                         float (&sa)[T::R], float (&y)[T::R]) {
+    constexpr int R = T::R, L = T::L, G = T::G;
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const float4* d4 = reinterpret_cast<const float4*>(d);
+    const float4* k4 = reinterpret_cast<const float4*>(k);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float vr[R];
+    lds_r<R>(v_rows, vr);
+    float acc[R], acc2[R]; /* two chains per row */
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f, acc2[rr] = 0.0f;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float4 av = a4[g * L + q];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            acc[rr] = fmaf(S[rr][4 * g + 0], av.x, acc[rr]);
+            acc2[rr] = fmaf(S[rr][4 * g + 1], av.y, acc2[rr]);
+            acc[rr] = fmaf(S[rr][4 * g + 2], av.z, acc[rr]);
+            acc2[rr] = fmaf(S[rr][4 * g + 3], av.w, acc2[rr]);
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) sa[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float4 dv = d4[g * L + q], kv = k4[g * L + q], bv = b4[g * L + q];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            float* x = &S[rr][4 * g];
+            x[0] = fmaf(x[0], dv.x, fmaf(sa[rr], bv.x, vr[rr] * kv.x));
+            x[1] = fmaf(x[1], dv.y, fmaf(sa[rr], bv.y, vr[rr] * kv.y));
+            x[2] = fmaf(x[2], dv.z, fmaf(sa[rr], bv.z, vr[rr] * kv.z));
+            x[3] = fmaf(x[3], dv.w, fmaf(sa[rr], bv.w, vr[rr] * kv.w));
+        }
+    }
+    if (want_y) {
+        const float4* r4 = reinterpret_cast<const float4*>(r);
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f, acc2[rr] = 0.0f;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float4 rv = r4[g * L + q];
+#pragma unroll
+            for (int rr = 0; rr < R; ++rr) {
+                acc[rr] = fmaf(S[rr][4 * g + 0], rv.x, acc[rr]);
+                acc2[rr] = fmaf(S[rr][4 * g + 1], rv.y, acc2[rr]);
+                acc[rr] = fmaf(S[rr][4 * g + 2], rv.z, acc[rr]);
+                acc2[rr] = fmaf(S[rr][4 * g + 3], rv.w, acc2[rr]);
+            }
+        }
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) y[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
+    }
+}
+
 /* ------------------------------------------------------------------------------- forward */
 
 /* Rows are independent (sa_i = S_i . a; S_i <- S_i o decay + sa_i b + v_i k; y_i = S_i . r),
  * so thread (rg, q) of a block owns R whole-row slices: rows rg R .. rg R + R - 1, columns
- * J(q) of each (N / P floats per row; P = kFwdLanes lanes per row, adjacent in the warp).
- * A token costs 2 lanes_sum<P> per row and one float4 shared-memory read per 4 columns that
- * serves all R rows. What limits the kernel is shared-memory wavefronts (every float4 read is
- * 4 of them per warp even when the warp reads one address: 1280 per token per SM at B=8 with
- * R = 1, the measured bound of the first row version) against latency (fewer, longer
- * threads); R trades the two and is chosen per launch (forward_rows). P is fixed per head
- * size, and every row's arithmetic depends on P only, so results are the same bits whatever
- * R, B or T: T one-token calls equal one T-token call.
+ * J(q) of each (N / P floats per row; P = FwdLanes::P lanes per row, adjacent in the warp).
+ * A token costs 2 lanes_sum<P> per row (one shuffle level at P = 2, against three in the old
+ * 4-row x 8-lane tile) and one float4 shared-memory read per 4 columns, serving all R rows.
+ * Measured at the B = 8 anchor (NOTES.md, v6): P = 2, R = 1 2.72 ms; P = 1 4.93 (one warp per
+ * scheduler, long chains); P = 4, R = 1 3.60; P = 4, R = 2 3.33; P = 8 4.55. P is fixed per
+ * head size and every row's arithmetic depends on P only, so results are the same bits
+ * whatever R, kernel, B or T: T one-token calls equal one T-token call.
  *
- * Chunked kernel (any T): tokens are staged in chunks of CH = 8 (N = 128: 4) (r, decay, k,
- * v, a, b; the decay transform on the way in) into a double-buffered shared-memory area: the
- * chunk after next is loaded into registers (clamped token index, so no load sits under a
- * branch) while the block computes the current one, then written to the other buffer; one
- * __syncthreads per chunk. y is stored straight from each row's lane 0.
- * Decode kernel (unpacked T = 1, N <= 64): no shared memory and no barrier; each thread loads the
- * token values of its columns and its state rows at once (one memory round trip). */
+ * Chunked kernel (any T, packed): tokens are staged in chunks of CH = 8 (N = 128: 4) (r,
+ * decay, k, v, a, b; the decay transform on the way in) into a double-buffered shared-memory
+ * area: the chunk after next is loaded into registers (clamped token index, so no load sits
+ * under a branch) while the block computes the current one, then written to the other
+ * buffer; one __syncthreads per chunk. y is stored straight from each row's lane 0.
+ * Decode kernel (unpacked T = 1): the same for one token without the loop; token and state
+ * loads are issued together, one barrier. It takes R = 2 rows per thread at large batch (16
+ * float4 state loads in flight per thread): 104 us at B = 256, 3.7 us at B = 1 in a graph,
+ * against 126 us and 7.6 us for a version in which each thread loaded (and transformed) the
+ * token values of its own columns, no barrier. */
 template <int N>
 struct FwdLanes { /* the same for every N today (P = 4 was slower at every shape measured) */
     static constexpr int P = 2;
@@ -604,20 +671,20 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     const int64_t bdy = tok_base(p.dy, pos.batch, pos.h) + sj * p.dy.s[3];
     auto ioff = [&](const DevView& v, int64_t base, int64_t t) { return base + t * v.s[1]; };
 
-    /* The tile's checkpoint rows: row rg R + rr, float4 group g at ck + row ld + 4 (g L + q). */
-    auto store_rows = [&](float* ck, int ld, const float (&S)[R][C]) {
+    /* The tile's checkpoint rows: row rg R + rr, float4 group g at ck + row N + 4 (g L + q). */
+    auto store_ckpt = [&](float* ck, const float (&S)[R][C]) {
 #pragma unroll
         for (int rr = 0; rr < R; ++rr) {
-            float4* row = reinterpret_cast<float4*>(ck + (size_t)(rg * R + rr) * ld);
+            float4* row = reinterpret_cast<float4*>(ck + (size_t)(rg * R + rr) * N);
 #pragma unroll
             for (int g = 0; g < G; ++g)
                 row[g * L + q] = make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
         }
     };
-    auto load_rows = [&](const float* ck, int ld, float (&S)[R][C]) {
+    auto load_ckpt = [&](const float* ck, float (&S)[R][C]) {
 #pragma unroll
         for (int rr = 0; rr < R; ++rr) {
-            const float4* row = reinterpret_cast<const float4*>(ck + (size_t)(rg * R + rr) * ld);
+            const float4* row = reinterpret_cast<const float4*>(ck + (size_t)(rg * R + rr) * N);
 #pragma unroll
             for (int g = 0; g < G; ++g) {
                 const float4 x = row[g * L + q];
@@ -625,17 +692,10 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
             }
         }
     };
-    /* one token of the replay on the tile's R rows (each float4 read serves the R rows) */
     auto step = [&](float (&S)[R][C], int u, float (&sa)[R]) {
-        float4 a4[G], d4[G], k4[G], b4[G];
-        lds_groups<L, G>(tokv(u, T_A), q, a4);
-        lds_groups<L, G>(tokv(u, T_D), q, d4);
-        lds_groups<L, G>(tokv(u, T_K), q, k4);
-        lds_groups<L, G>(tokv(u, T_B), q, b4);
-        float v[R];
-        lds_r<R>(tokv(u, T_V) + rg * R, v);
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) sa[rr] = row_update<L, G>(S[rr], v[rr], a4, d4, k4, b4);
+        float y[R];
+        fwd_step<T>(S, q, tokv(u, T_V) + rg * R, tokv(u, T_D), tokv(u, T_K), tokv(u, T_A),
+                    tokv(u, T_B), nullptr, false, sa, y);
     };
 
     /* ---------------- A: checkpoints (a forward pass, a segment prefetched ahead) */
@@ -643,13 +703,11 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         float S[R][C];
         load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
         float pw[PERA], pk[PERA], pv[PERA], pa[PERA], pb[PERA];
-        /* unconditional loads (see load_elem), the token clamped into the segment and the
-         * sequence, so that the prefetch needs no branch around it either */
-        auto prefetch = [&](int64_t ts) {
+        auto prefetch = [&](int64_t ts) { /* unconditional loads, clamped token (see forward) */
 #pragma unroll
             for (int x = 0; x < PERA; ++x) {
                 const int u = su + TPJ * x;
-                const int64_t t = min64(ts + (u < K1 ? u : K1 - 1), t1 - 1);
+                const int64_t t = ts + (u < K1 ? u : K1 - 1);
                 pw[x] = load_elem(p.w, ioff(p.w, bw, t));
                 pk[x] = load_elem(p.k, ioff(p.k, bk, t));
                 pv[x] = load_elem(p.v, ioff(p.v, bv, t));
@@ -657,9 +715,9 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 pb[x] = load_elem(p.b, ioff(p.b, bb, t));
             }
         };
-        prefetch(t0);
+        if (nseg > 1) prefetch(t0);
         for (int64_t g = 0; g < nseg; ++g) {
-            store_rows(ckpt + (size_t)g * (N * N), N, S);
+            store_ckpt(ckpt + (size_t)g * (N * N), S);
             if (g + 1 == nseg) break;
             __syncthreads();
 #pragma unroll
@@ -675,7 +733,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 }
             }
             __syncthreads();
-            prefetch(t0 + (g + 1) * K1);
+            if (g + 2 < nseg) prefetch(t0 + (g + 1) * K1);
             for (int u = 0; u < K1; ++u) {
                 float sa[R];
                 step(S, u, sa);
@@ -694,53 +752,48 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         return pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + c * v.s[3];
     };
 
-    /* Segment staging: segment g - 1's tokens are loaded into registers (every load
-     * unconditional, the token clamped into the segment) while segment g is processed, and
-     * written to shared memory when its turn comes. */
-    constexpr int PB = kMaxK1 / TPJ;
-    static_assert(PB <= 4, "segment prefetch registers");
-    float lr[PB], lw[PB], lk[PB], lv[PB], la[PB], lb[PB], ldy[PB];
-    auto seg_prefetch = [&](int64_t g) {
-        const int64_t ts = t0 + g * K1;
-        const int m = (int)min64(K1, t1 - ts);
-#pragma unroll
-        for (int x = 0; x < PB; ++x) {
-            const int u = su + TPJ * x;
-            const int64_t t = ts + (u < m ? u : m - 1);
-            lr[x] = load_elem(p.r, ioff(p.r, br, t));
-            lw[x] = load_elem(p.w, ioff(p.w, bw, t));
-            lk[x] = load_elem(p.k, ioff(p.k, bk, t));
-            lv[x] = load_elem(p.v, ioff(p.v, bv, t));
-            la[x] = load_elem(p.a, ioff(p.a, ba, t));
-            lb[x] = load_elem(p.b, ioff(p.b, bb, t));
-            ldy[x] = load_elem(p.dy, ioff(p.dy, bdy, t));
-        }
-    };
-    if (nseg > 0) seg_prefetch(nseg - 1);
-
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = t0 + g * K1;
         const int m = (int)min64(K1, t1 - ts);
         __syncthreads();
+        {
+            /* staging: per group of tokens, all loads first (no branch), then guarded stores */
+            constexpr int PB = kMaxK1 / TPJ, SG = PB < 4 ? PB : 4;
 #pragma unroll
-        for (int x = 0; x < PB; ++x) {
-            const int u = su + TPJ * x;
-            if (u < m) {
-                float ddw;
-                tokv(u, T_D)[sj] = decay_of(p.form, lw[x], &ddw);
-                tokv(u, T_DDW)[sj] = ddw;
-                tokv(u, T_K)[sj] = lk[x];
-                tokv(u, T_V)[sj] = lv[x];
-                tok_vp(u)[perm_index<T>(sj)] = lv[x];
-                tokv(u, T_A)[sj] = la[x];
-                tokv(u, T_B)[sj] = lb[x];
-                tokv(u, T_R)[sj] = lr[x];
-                tokv(u, T_DY)[sj] = ldy[x];
-                tok_dyp(u)[perm_index<T>(sj)] = ldy[x];
+            for (int x0 = 0; x0 < PB; x0 += SG) {
+                float lr[SG], lw[SG], lk[SG], lv[SG], la[SG], lb[SG], ldy[SG];
+#pragma unroll
+                for (int x = 0; x < SG; ++x) {
+                    const int u = su + TPJ * (x0 + x);
+                    const int64_t t = ts + (u < m ? u : m - 1);
+                    lr[x] = load_elem(p.r, ioff(p.r, br, t));
+                    lw[x] = load_elem(p.w, ioff(p.w, bw, t));
+                    lk[x] = load_elem(p.k, ioff(p.k, bk, t));
+                    lv[x] = load_elem(p.v, ioff(p.v, bv, t));
+                    la[x] = load_elem(p.a, ioff(p.a, ba, t));
+                    lb[x] = load_elem(p.b, ioff(p.b, bb, t));
+                    ldy[x] = load_elem(p.dy, ioff(p.dy, bdy, t));
+                }
+#pragma unroll
+                for (int x = 0; x < SG; ++x) {
+                    const int u = su + TPJ * (x0 + x);
+                    if (u < m) {
+                        float ddw;
+                        tokv(u, T_D)[sj] = decay_of(p.form, lw[x], &ddw);
+                        tokv(u, T_DDW)[sj] = ddw;
+                        tokv(u, T_K)[sj] = lk[x];
+                        tokv(u, T_V)[sj] = lv[x];
+                        tok_vp(u)[perm_index<T>(sj)] = lv[x];
+                        tokv(u, T_A)[sj] = la[x];
+                        tokv(u, T_B)[sj] = lb[x];
+                        tokv(u, T_R)[sj] = lr[x];
+                        tokv(u, T_DY)[sj] = ldy[x];
+                        tok_dyp(u)[perm_index<T>(sj)] = ldy[x];
+                    }
+                }
             }
         }
         __syncthreads();
-        seg_prefetch(g > 0 ? g - 1 : 0);
         const float* ckg = ckpt + (size_t)g * (N * N);
         const int nsub = (m + K2 - 1) / K2;
         for (int sb = nsub - 1; sb >= 0; --sb) {
@@ -748,13 +801,20 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
             /* replay: checkpoint -> state before u0 (registers), then the window into smem */
             {
                 float S[R][C];
-                load_rows(ckg, N, S);
+                load_ckpt(ckg, S);
                 for (int u = 0; u < u0; ++u) {
                     float sa[R];
                     step(S, u, sa);
                 }
                 for (int x = 0; x < mu; ++x) {
-                    store_rows(s_states + (size_t)x * N * NP, NP, S);
+#pragma unroll
+                    for (int rr = 0; rr < R; ++rr) {
+                        float4* row = reinterpret_cast<float4*>(s_states + ((size_t)x * N + rg * R + rr) * NP);
+#pragma unroll
+                        for (int gg = 0; gg < G; ++gg)
+                            row[gg * L + q] = make_float4(S[rr][4 * gg], S[rr][4 * gg + 1],
+                                                          S[rr][4 * gg + 2], S[rr][4 * gg + 3]);
+                    }
                     float sa[R];
                     step(S, u0 + x, sa);
                     if (q == 0) {
