@@ -44,11 +44,16 @@ struct V {
     static inline __m256 half_sum(T a) {
         return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
     }
+    /* The four lane sums: a transpose-and-add inside each 128-bit lane (4 unpacks, 2 shuffles),
+     * then the four 128-bit lanes added (2 extracts): 8 shuffle-port operations, where
+     * extract-and-hadd took 11 (NOTES.md, step 12). */
     static inline __m128 hsum4(T a0, T a1, T a2, T a3) {
-        const __m256 t0 = _mm256_hadd_ps(half_sum(a0), half_sum(a1));
-        const __m256 t1 = _mm256_hadd_ps(half_sum(a2), half_sum(a3));
-        const __m256 t2 = _mm256_hadd_ps(t0, t1);
-        return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
+        const T s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+        const T s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+        const T s = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+        const __m256 h = half_sum(s);
+        return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     }
     /* *p in every lane, as a load-port broadcast: written as asm so that the compiler can
      * neither keep the value in a register and shuffle it (the shuffle port is the one
