@@ -334,11 +334,15 @@ inline void prefetch_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_
  * exit w.r.t. S_{t-1} (Sp, row stride sps). Writes dv (per row) and the sums over rows dk, db,
  * dd, da (see rwkv7.cpp). */
 template <int NV>
-inline void backward_rows(float* dS, const float* Sp, int64_t sps, int nv_rt, int64_t Np,
+inline void backward_rows(float* dS, const float* Sp, int64_t sps_rt, int nv_rt, int64_t Np_rt,
                           const Tok7& x, float* __restrict dk, float* __restrict db,
                           float* __restrict dd, float* __restrict da,
                           float* __restrict dv) noexcept {
     const int nv = NV ? NV : nv_rt;
+    /* compile-time row strides for NV > 0 (every caller passes sps = Np): the rows of a group
+     * are then one base register plus constant offsets, not 2 kRows pointers in registers */
+    const int64_t Np = NV ? (int64_t)NV * W : Np_rt;
+    const int64_t sps = NV ? (int64_t)NV * W : sps_rt;
     for (int64_t j = 0; j < Np; j += W) {
         V::store(dk + j, V::zero());
         V::store(db + j, V::zero());
