@@ -764,11 +764,8 @@ bool plan_rwkv64(const wkv_problem* p, Plan64* out) {
     uint64_t ckpt = 0, part = 0, seg = 0;
     bool ovf = false;
     if (r6) {
-        const uint64_t per = (uint64_t)seqs_per_launch(p);
-        const uint64_t bl = (S < per ? S : per) * H;
         ovf |= __builtin_mul_overflow(4 * N * N, H, &ckpt) || __builtin_mul_overflow(ckpt, G, &ckpt);
         ovf |= __builtin_mul_overflow(4 * N * H, S, &part);
-        ovf |= __builtin_mul_overflow(4 * N * N * (uint64_t)(K - 1), bl, &seg);
     } else {
         ovf |= __builtin_mul_overflow(16 * N, G, &ckpt);
         ovf |= __builtin_mul_overflow(8 * N, S, &part);
@@ -816,7 +813,6 @@ int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, ch
     const uintptr_t base = (reinterpret_cast<uintptr_t>(ws) + 255u) & ~(uintptr_t)255u;
     float* ckpt = reinterpret_cast<float*>(base + plan.ckpt_off);
     float* part = reinterpret_cast<float*>(base + plan.part_off);
-    float* segs = reinterpret_cast<float*>(base + plan.seg_off);
     const int64_t per = seqs_per_launch(p);
     const bool r6 = p->op == WKV_OP_RWKV6;
     const int64_t K = r6 ? (int64_t)kRwkv6SegK : (int64_t)kRwkv4SegK;
@@ -839,7 +835,6 @@ int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, ch
         prm.dstate_in = pl.v[kDstateIn];
         prm.ckpt = ckpt;
         prm.part = part;
-        prm.seg = segs;
         prm.T = p->T;
         prm.H = (int32_t)p->H;
         prm.form = (int32_t)p->decay_form;

@@ -96,7 +96,6 @@ struct Rwkv6BwdParams {
     DevView dr, dw, dk, dv, dstate_in;
     float* ckpt;  /* as RWKV-7's, with K1 = kRwkv6SegK */
     float* part;  /* du partials: (s * H + h) * N floats per (sequence, head) */
-    float* seg;   /* replay states: block b of a launch at b * (kRwkv6SegK - 1) * N * N */
     int64_t T;
     int32_t H;
     int32_t form;

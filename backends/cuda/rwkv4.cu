@@ -13,12 +13,16 @@
  *
  * LAYOUT: one thread per (sequence, channel), sequential over the tokens; blocks of 128
  * channels (grid.x) times the launch's sequences (grid.y). Loads of consecutive channels are
- * coalesced when the channel stride is 1.
+ * coalesced when the channel stride is 1. The recurrence is a short dependent chain per token;
+ * with only B C threads the kernels are bound by how many loads are in flight, so tokens are
+ * loaded a chunk ahead into registers (forward kFC, backward one segment of K, with the
+ * segment's checkpoint), never one load per token on the chain.
  *
  * BACKWARD: K = kRwkv4SegK = 16 tokens per checkpointed segment.
  *   A. run the forward (no y), storing (aa, bb, ph, pl) before each segment in the workspace;
- *   B. for each segment, last first: replay it from its checkpoint into the thread's local
- *      arrays (the state before each of its tokens), then walk it backwards with
+ *   B. for each segment, last first: replay it from its checkpoint into registers (the state
+ *      before each of its tokens; fully unrolled, so the arrays stay in registers), then walk
+ *      it backwards with
  *      (gaa, gbb, gpp) exactly as backends/cpu/rwkv4.cpp's backward_step;
  *   dstate_in = (gaa, gbb, gpp); the thread's sums over its tokens of dwd and du go to the
  *   workspace, and a second kernel sums them over sequences 0, 1, ... in that order
@@ -95,6 +99,11 @@ __device__ __forceinline__ int64_t st_off(const DevView& x, int64_t s, int64_t p
     return s * x.s[0] + part * x.s[1] + c * x.s[3];
 }
 
+/* Tokens per forward chunk: the next chunk's k, v (2 kFC floats per thread) are loaded while
+ * this one is computed. With 128 threads per SM (B C = 16384 channels over 132 SMs) this keeps
+ * ~32 KiB of loads in flight per SM, about what DRAM latency x bandwidth needs. */
+constexpr int kFC = 32;
+
 __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_forward_kernel(const Rwkv4FwdParams p) {
     const int64_t c = (int64_t)blockIdx.x * kRwkv4Threads + threadIdx.x;
     if (c >= p.C) return;
@@ -108,24 +117,38 @@ __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_forward_kernel(const Rwkv
     const float wd = -expf(load(p.w, c * p.w.s[3]));
     const float u = load(p.u, c * p.u.s[3]);
     const bool want_y = p.y.data != nullptr;
-    /* k, v of the next token are loaded before this one is computed (the index is clamped,
-     * so no load sits under a branch) */
-    float kn = 0.0f, vn = 0.0f;
-    if (q.t1 > q.t0) {
-        kn = load(p.k, tok(p.k, q.batch, q.t0, c));
-        vn = load(p.v, tok(p.v, q.batch, q.t0, c));
-    }
-    for (int64_t t = q.t0; t < q.t1; ++t) {
-        const float kk = kn, vv = vn;
-        const int64_t tn = t + 1 < q.t1 ? t + 1 : t;
-        kn = load(p.k, tok(p.k, q.batch, tn, c));
-        vn = load(p.v, tok(p.v, q.batch, tn, c));
-        const Token o = token(a, b, ph, pl, kk, vv, u, wd, want_y);
-        if (want_y) store(p.y, tok(p.y, q.batch, t, c), o.y);
-        a = __fadd_rn(__fmul_rn(o.A, a), __fmul_rn(o.Bk, vv));
-        b = __fadd_rn(__fmul_rn(o.A, b), o.Bk);
-        ph = o.qh;
-        pl = o.ql;
+    /* the next chunk's k, v are loaded before this one is computed (indices clamped, so no
+     * load sits under a branch) */
+    float kn[kFC], vn[kFC];
+    auto fetch = [&](int64_t tc) {
+#pragma unroll
+        for (int x = 0; x < kFC; ++x) {
+            const int64_t t = min64(tc + x, q.t1 - 1);
+            kn[x] = load(p.k, tok(p.k, q.batch, t, c));
+            vn[x] = load(p.v, tok(p.v, q.batch, t, c));
+        }
+    };
+    if (q.t1 > q.t0) fetch(q.t0);
+    for (int64_t tc = q.t0; tc < q.t1; tc += kFC) {
+        float kc[kFC], vc[kFC];
+#pragma unroll
+        for (int x = 0; x < kFC; ++x) {
+            kc[x] = kn[x];
+            vc[x] = vn[x];
+        }
+        fetch(tc + kFC < q.t1 ? tc + kFC : tc);
+        const int n = (int)min64(kFC, q.t1 - tc);
+#pragma unroll
+        for (int x = 0; x < kFC; ++x) {
+            if (x < n) {
+                const Token o = token(a, b, ph, pl, kc[x], vc[x], u, wd, want_y);
+                if (want_y) store(p.y, tok(p.y, q.batch, tc + x, c), o.y);
+                a = __fadd_rn(__fmul_rn(o.A, a), __fmul_rn(o.Bk, vc[x]));
+                b = __fadd_rn(__fmul_rn(o.A, b), o.Bk);
+                ph = o.qh;
+                pl = o.ql;
+            }
+        }
     }
     if (p.state_out.data) {
         store(p.state_out, st_off(p.state_out, q.s, 0, c), a);
@@ -149,6 +172,26 @@ __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_backward_kernel(const Rwk
     const float wd = -expf(load(p.w, c * p.w.s[3]));
     const float u = load(p.u, c * p.u.s[3]);
 
+    /* segment g's tokens (and, backward, its dy and checkpoint) are loaded one segment ahead
+     * into registers; indices clamped to the sequence, so no load sits under a branch */
+    float kn[K], vn[K], dn[K], cn[4];
+    auto fetch = [&](int64_t g, bool bw) {
+#pragma unroll
+        for (int x = 0; x < K; ++x) {
+            const int64_t t = min64(q.t0 + g * K + x, q.t1 - 1);
+            kn[x] = load(p.k, tok(p.k, q.batch, t, c));
+            vn[x] = load(p.v, tok(p.v, q.batch, t, c));
+            if (bw) dn[x] = load(p.dy, tok(p.dy, q.batch, t, c));
+        }
+        if (bw) {
+            const float* x = ck + (size_t)g * 4 * (size_t)C;
+            cn[0] = x[0];
+            cn[1] = x[C];
+            cn[2] = x[2 * C];
+            cn[3] = x[3 * C];
+        }
+    };
+
     /* A. checkpoints */
     {
         float a = 0.0f, b = 0.0f, ph = kEmptyPP, pl = 0.0f;
@@ -157,6 +200,7 @@ __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_backward_kernel(const Rwk
             b = load(p.state_in, st_off(p.state_in, q.s, 1, c));
             ph = load(p.state_in, st_off(p.state_in, q.s, 2, c));
         }
+        if (nseg > 1) fetch(0, false);
         for (int64_t g = 0; g < nseg; ++g) {
             float* x = ck + (size_t)g * 4 * (size_t)C;
             x[0] = a;
@@ -164,11 +208,17 @@ __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_backward_kernel(const Rwk
             x[2 * C] = ph;
             x[3 * C] = pl;
             if (g + 1 == nseg) break;
-            for (int64_t t = q.t0 + g * K; t < q.t0 + (g + 1) * K; ++t) {
-                const float kk = load(p.k, tok(p.k, q.batch, t, c));
-                const float vv = load(p.v, tok(p.v, q.batch, t, c));
-                const Token o = token(a, b, ph, pl, kk, vv, u, wd, false);
-                a = __fadd_rn(__fmul_rn(o.A, a), __fmul_rn(o.Bk, vv));
+            float kc[K], vc[K];
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                kc[i] = kn[i];
+                vc[i] = vn[i];
+            }
+            fetch(g + 2 < nseg ? g + 1 : g, false);
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                const Token o = token(a, b, ph, pl, kc[i], vc[i], u, wd, false);
+                a = __fadd_rn(__fmul_rn(o.A, a), __fmul_rn(o.Bk, vc[i]));
                 b = __fadd_rn(__fmul_rn(o.A, b), o.Bk);
                 ph = o.qh;
                 pl = o.ql;
@@ -184,66 +234,76 @@ __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_backward_kernel(const Rwk
         gpp = load(p.dstate_out, st_off(p.dstate_out, q.s, 2, c));
     }
     float dwd = 0.0f, du = 0.0f;
-    float ra[K], rb[K], rh[K], rl[K];
+    if (nseg > 0) fetch(nseg - 1, true);
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = q.t0 + g * K;
         const int m = (int)min64(K, q.t1 - ts);
-        const float* x = ck + (size_t)g * 4 * (size_t)C;
-        float a = x[0], b = x[C], ph = x[2 * C], pl = x[3 * C];
-        for (int i = 0; i < m; ++i) {
+        float kc[K], vc[K], dc[K];
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            kc[i] = kn[i];
+            vc[i] = vn[i];
+            dc[i] = dn[i];
+        }
+        float a = cn[0], b = cn[1], ph = cn[2], pl = cn[3];
+        fetch(g > 0 ? g - 1 : 0, true);
+        /* replay: the state before each token of the segment (slots past m hold clamped copies
+         * of real tokens: finite, never used) */
+        float ra[K], rb[K], rh[K], rl[K];
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
             ra[i] = a;
             rb[i] = b;
             rh[i] = ph;
             rl[i] = pl;
-            if (i + 1 == m) break;
-            const int64_t t = ts + i;
-            const float kk = load(p.k, tok(p.k, q.batch, t, c));
-            const float vv = load(p.v, tok(p.v, q.batch, t, c));
-            const Token o = token(a, b, ph, pl, kk, vv, u, wd, false);
-            a = __fadd_rn(__fmul_rn(o.A, a), __fmul_rn(o.Bk, vv));
-            b = __fadd_rn(__fmul_rn(o.A, b), o.Bk);
-            ph = o.qh;
-            pl = o.ql;
-        }
-        for (int i = m - 1; i >= 0; --i) {
-            const int64_t t = ts + i;
-            const float kk = load(p.k, tok(p.k, q.batch, t, c));
-            const float vv = load(p.v, tok(p.v, q.batch, t, c));
-            const float dy = load(p.dy, tok(p.dy, q.batch, t, c));
-            const float sa = ra[i], sb = rb[i];
-            const Token o = token(sa, sb, rh[i], rl[i], kk, vv, u, wd, true);
-            /* through y */
-            const float gg = dy * o.inv;
-            const float dk_y = gg * o.e2 * (vv - o.y);
-            float ga = gg * o.e1, gb = -gg * o.y * o.e1, gp = gg * o.e1 * (sa - o.y * sb);
-            float dkt = dk_y, dvt = gg * o.e2, dwt = 0.0f;
-            /* through the update */
-            const float dA = gaa * sa + gbb * sb, dB = gaa * vv + gbb;
-            const float dAA = dA * o.A;
-            const float dq2 = gpp - dAA - dB * o.Bk;
-            ga += gaa * o.A;
-            gb += gbb * o.A;
-            gp += dAA;
-            dwt += dAA;
-            dvt += gaa * o.Bk;
-            dkt += dB * o.Bk;
-            if (o.side > 0.0f) {
-                gp += dq2;
-                dwt += dq2;
-            } else if (o.side < 0.0f) {
-                dkt += dq2;
-            } else {
-                gp += 0.5f * dq2;
-                dwt += 0.5f * dq2;
-                dkt += 0.5f * dq2;
+            if (i + 1 < K) {
+                const Token o = token(a, b, ph, pl, kc[i], vc[i], u, wd, false);
+                a = __fadd_rn(__fmul_rn(o.A, a), __fmul_rn(o.Bk, vc[i]));
+                b = __fadd_rn(__fmul_rn(o.A, b), o.Bk);
+                ph = o.qh;
+                pl = o.ql;
             }
-            gaa = ga;
-            gbb = gb;
-            gpp = gp;
-            dwd += dwt;
-            du += dk_y;
-            store(p.dk, tok(p.dk, q.batch, t, c), dkt);
-            store(p.dv, tok(p.dv, q.batch, t, c), dvt);
+        }
+#pragma unroll
+        for (int i = K - 1; i >= 0; --i) {
+            if (i < m) {
+                const int64_t t = ts + i;
+                const float kk = kc[i], vv = vc[i], dy = dc[i];
+                const float sa = ra[i], sb = rb[i];
+                const Token o = token(sa, sb, rh[i], rl[i], kk, vv, u, wd, true);
+                /* through y */
+                const float gg = dy * o.inv;
+                const float dk_y = gg * o.e2 * (vv - o.y);
+                float ga = gg * o.e1, gb = -gg * o.y * o.e1, gp = gg * o.e1 * (sa - o.y * sb);
+                float dkt = dk_y, dvt = gg * o.e2, dwt = 0.0f;
+                /* through the update */
+                const float dA = gaa * sa + gbb * sb, dB = gaa * vv + gbb;
+                const float dAA = dA * o.A;
+                const float dq2 = gpp - dAA - dB * o.Bk;
+                ga += gaa * o.A;
+                gb += gbb * o.A;
+                gp += dAA;
+                dwt += dAA;
+                dvt += gaa * o.Bk;
+                dkt += dB * o.Bk;
+                if (o.side > 0.0f) {
+                    gp += dq2;
+                    dwt += dq2;
+                } else if (o.side < 0.0f) {
+                    dkt += dq2;
+                } else {
+                    gp += 0.5f * dq2;
+                    dwt += 0.5f * dq2;
+                    dkt += 0.5f * dq2;
+                }
+                gaa = ga;
+                gbb = gb;
+                gpp = gp;
+                dwd += dwt;
+                du += dk_y;
+                store(p.dk, tok(p.dk, q.batch, t, c), dkt);
+                store(p.dv, tok(p.dv, q.batch, t, c), dvt);
+            }
         }
     }
     if (p.dstate_in.data) {

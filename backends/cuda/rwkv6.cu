@@ -6,39 +6,46 @@
  *     y[i]    = sum_j r[j] S[i][j]  +  v[i] ruk,   ruk = sum_j r[j] u[j] k[j]   (S before)
  *     S[i][j] = S[i][j] decay[j] + v[i] k[j]
  * Inputs of any dtype are converted to float32 on load; arithmetic and the state are float32.
- * N in {32, 64, 128}; one block of N threads per (sequence, head).
+ * N in {32, 64, 128}.
  *
- * ------------------------------------------------------------------------------ FORWARD
- * Thread i owns value row i of S in registers. Tokens are staged in shared memory in chunks of
- * TC = 16 (r, k, decay; ruk per token computed once per chunk); y[i] is a row sum the thread
- * does alone. The state is read once and written once, so state_out may be state_in. No
- * workspace.
+ * What parallelises: every element S[i][j] is its own scalar recurrence (decay depends on the
+ * column only, the update is an outer product). Rows are coupled only through y (a row sum),
+ * columns only through the gradients' column sums. So the state is split over threads by
+ * element and nothing on the recurrence's chain crosses threads; only the output sums do.
  *
- * ------------------------------------------------------------------------------ BACKWARD
- * Thread j owns key column j of S and of the state gradient dS. K = kRwkv6SegK = 16 tokens per
- * checkpointed segment. Per (sequence, head) of L tokens, G = ceil(L / K) segments:
- *   A. run the forward from state_in (column form, no y), storing the state before each
- *      segment in the workspace (checkpoints);
- *   B. for each segment, last first: replay it from its checkpoint, storing the K - 1 states
- *      after its tokens but the last in the block's replay area of the workspace (each thread
- *      writes and reads back only its own column: no synchronisation); then walk it backwards:
- *        dr[j] = sum_i Sp[i][j] dy[i] + u[j] k[j] dyv       (column sums: the thread's own)
- *        dk[j] = sum_i dS[i][j] v[i]  + r[j] u[j] dyv
- *        dd[j] = sum_i dS[i][j] Sp[i][j];  dw[j] = dd[j] d decay / d w
- *        dv[i] = sum_j dS[i][j] k[j]  + dy[i] ruk           (row sums: through shared memory,
- *                 32 rows at a time, a fixed order of additions)
- *        du_acc[j] += r[j] k[j] dyv                         (per thread, token order)
- *        dS[i][j] = dS[i][j] decay[j] + dy[i] r[j]
- *   dstate_in = dS; the (sequence, head)'s du partial goes to the workspace, and a second
- *   kernel sums the partials over sequences 0, 1, ... in that order (deterministic: no atomics).
+ * ------------------------------------------------------------------------------ ROW SCAN
+ * One block of 4N threads per (sequence, head): thread (i, q) owns row i, columns
+ * 4 (q + 4 m) + e (m < N / 16, e < 4: interleaved float4 chunks, so the quarter rows of a warp
+ * read one contiguous 64-byte span of shared memory). Tokens are staged kTC at a time in shared
+ * memory; the next chunk's global loads are issued before the current chunk is computed.
+ * Per token: the quarter-row dot product, two shuffles, the element updates.
+ *   forward:  A = r, B = k, V = v, out = y;  state_in -> state_out.
+ *   backward, the same scan walked from the last token to the first: with G = dL/dS after
+ *   token t (G = dstate_out after the last one),
+ *       dv[i] = sum_j G[i][j] k[j] + dy[i] ruk;   G[i][j] = G[i][j] decay[j] + dy[i] r[j]
+ *   i.e. A = k, B = r, V = dy, out = dv; dstate_out -> dstate_in.
+ *
+ * ------------------------------------------------------------------------------ COLUMN SCAN
+ * (backward only) dr, dk, dw and du are column sums over the rows:
+ *     dr[j] = sum_i Sp[i][j] dy[i] + u[j] k[j] dyv        (Sp = the state before token t)
+ *     dk[j] = sum_i G[i][j] v[i]  + r[j] u[j] dyv,       dyv = sum_i dy[i] v[i]
+ *     dd[j] = sum_i G[i][j] Sp[i][j];  dw[j] = dd[j] d decay / d w;  du[j] += r[j] k[j] dyv
+ * Thread (j, g) owns column j, rows 4 (g + RG c) + e (c < 2, e < 4), RG = N / 8 threads per
+ * column on adjacent lanes (the column sums: log2 RG xor-shuffles); blocks of 128 threads hold
+ * 1024 / N columns, N^2 / 1024 blocks per (sequence, head). K = kRwkv6SegK tokens per segment:
+ *   A. run the forward (column form) from state_in, storing the state before each segment in
+ *      the workspace (checkpoints: each thread its own 8 floats, two coalesced float4);
+ *   B. for each segment, last first: replay it from its checkpoint into registers (the K
+ *      states before its tokens, 8 K floats per thread), then walk it backwards.
+ * Outputs are staged in shared memory and written per segment, coalesced along the columns.
+ * du: per thread a running sum in token order (last first), written per (sequence, head); a
+ * second kernel sums the partials over sequences 0, 1, ... in order (deterministic: no
+ * atomics anywhere). The column scan is launched before the row scan, which writes dstate_in.
  *
  * WORKSPACE (bytes), K = 16:
  *     256 + A256(4 * H * G * N * N)          checkpoints, G = sum_s ceil(L_s / K)
  *         + A256(4 * num_seqs * H * N)       du partials
- *         + 4 * Bl * (K - 1) * N * N         replay states, Bl = H * (sequences per launch:
- *                                            num_seqs unpacked, min(num_seqs, 128) packed)
- * where A256 rounds up to a multiple of 256. E.g. B=8 T=4096 H=32 N=64: 1 GiB + 64 KiB +
- * 60 MiB.
+ * where A256 rounds up to a multiple of 256. E.g. B=8 T=4096 H=32 N=64: 1 GiB + 64 KiB.
  */
 #include "cuda_elem.cuh"
 
@@ -49,10 +56,10 @@ using elem::load;
 using elem::min64;
 using elem::store;
 
-constexpr int kTC = 16; /* forward staging chunk */
-constexpr int kBC = 8;  /* backward staging chunk (divides kRwkv6SegK) */
-constexpr int kRC = 32; /* rows per shared-memory row-sum pass */
-static_assert(kRwkv6SegK % kBC == 0, "chunk");
+constexpr int kTC = 16;          /* row scan: tokens staged per chunk */
+constexpr int kColThreads = 128; /* column scan: threads per block */
+constexpr int kRS = 8;           /* column scan: rows per thread */
+constexpr unsigned kFull = 0xffffffffu;
 
 __device__ __forceinline__ int64_t tok(const DevView& v, int64_t b, int64_t t, int64_t h, int64_t n) {
     return b * v.s[0] + t * v.s[1] + h * v.s[2] + n * v.s[3];
@@ -61,233 +68,344 @@ __device__ __forceinline__ int64_t st_off(const DevView& v, int64_t s, int64_t h
     return s * v.s[0] + h * v.s[1] + i * v.s[2] + j * v.s[3];
 }
 
-template <int N>
-__global__ void __launch_bounds__(N) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
+/* The row scan (see the top). BWD walks the tokens last first. */
+template <int N, bool BWD>
+__device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, const DevView& W,
+                                         const DevView& V, const DevView& U, const DevView& out,
+                                         const DevView& sin, const DevView& sout, int form, int H,
+                                         int64_t T, const SeqInfo& seqi) {
+    constexpr int NT = 4 * N;          /* threads */
+    constexpr int NQ = N / 16;         /* float4 chunks per thread */
+    constexpr int PER = kTC * N / NT;  /* loads per tensor per thread (4) */
+    __shared__ __align__(16) float sA[kTC][N];
+    __shared__ __align__(16) float sB[kTC][N];
+    __shared__ __align__(16) float sD[kTC][N];
+    __shared__ float sV[kTC][N];
+    __shared__ float sY[kTC][N];
     __shared__ float su[N];
-    __shared__ float sr[kTC][N], sk[kTC][N], sd[kTC][N];
     __shared__ float sruk[kTC];
-    const int H = p.H;
+    const int tid = threadIdx.x;
+    const int i = tid >> 2, q = tid & 3;
     const int64_t local = blockIdx.x / H, h = blockIdx.x % H;
-    const elem::Seq q = elem::seq_of(p.seq, local, p.T);
-    const int i = threadIdx.x;
+    const elem::Seq sq = elem::seq_of(seqi, local, T);
+    const int64_t len = sq.t1 - sq.t0;
 
-    float S[N];
-    if (p.state_in.data) {
-        const float* sp = reinterpret_cast<const float*>(p.state_in.data);
+    float S[4 * NQ];
+    if (sin.data) {
+        const float* sp = reinterpret_cast<const float*>(sin.data);
 #pragma unroll
-        for (int j = 0; j < N; ++j) S[j] = sp[st_off(p.state_in, q.s, h, i, j)];
+        for (int m = 0; m < NQ; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) S[4 * m + e] = sp[st_off(sin, sq.s, h, i, 4 * (q + 4 * m) + e)];
     } else {
 #pragma unroll
-        for (int j = 0; j < N; ++j) S[j] = 0.0f;
+        for (int x = 0; x < 4 * NQ; ++x) S[x] = 0.0f;
     }
-    su[i] = load(p.u, h * p.u.s[2] + i * p.u.s[3]);
-    const bool want_y = p.y.data != nullptr;
-    for (int64_t tc = q.t0; tc < q.t1; tc += kTC) {
-        const int n = (int)min64(kTC, q.t1 - tc);
-        __syncthreads();
-        for (int x = 0; x < n; ++x) {
-            const int64_t t = tc + x;
-            sr[x][i] = load(p.r, tok(p.r, q.batch, t, h, i));
-            sk[x][i] = load(p.k, tok(p.k, q.batch, t, h, i));
+    if (tid < N) su[tid] = load(U, h * U.s[2] + tid * U.s[3]);
+
+    /* staging: element e of a tensor for this thread is token slot x0 + 4 e, column col */
+    const int x0 = tid / N, col = tid % N;
+    float pa[PER], pb[PER], pw[PER], pv[PER];
+    auto token_of = [&](int64_t idx) { return BWD ? sq.t1 - 1 - idx : sq.t0 + idx; };
+    auto fetch = [&](int64_t c) {
+#pragma unroll
+        for (int e = 0; e < PER; ++e) {
+            const int64_t t = token_of(min64(c * kTC + x0 + 4 * e, len - 1)); /* clamped: no branch */
+            pa[e] = load(A, tok(A, sq.batch, t, h, col));
+            pb[e] = load(B, tok(B, sq.batch, t, h, col));
+            pw[e] = load(W, tok(W, sq.batch, t, h, col));
+            pv[e] = load(V, tok(V, sq.batch, t, h, col));
+        }
+    };
+    const int64_t nch = (len + kTC - 1) / kTC;
+    if (len > 0) fetch(0);
+    for (int64_t c = 0; c < nch; ++c) {
+        const int n = (int)min64(kTC, len - c * kTC);
+        __syncthreads(); /* the previous chunk's readers are done */
+#pragma unroll
+        for (int e = 0; e < PER; ++e) {
+            const int x = x0 + 4 * e;
             float ddw;
-            sd[x][i] = elem::decay_of(p.form, load(p.w, tok(p.w, q.batch, t, h, i)), &ddw);
+            sA[x][col] = pa[e];
+            sB[x][col] = pb[e];
+            sD[x][col] = elem::decay_of(form, pw[e], &ddw);
+            sV[x][col] = pv[e];
         }
+        fetch(c + 1 < nch ? c + 1 : c); /* the next chunk's loads fly during this one */
         __syncthreads();
-        if (i < n) {
-            float a = 0.0f;
-            for (int j = 0; j < N; ++j) a = fmaf(sr[i][j] * su[j], sk[i][j], a);
-            sruk[i] = a;
+        {
+            const int w = tid >> 5, lane = tid & 31;
+            for (int x = w; x < kTC; x += NT / 32) {
+                float a = 0.0f;
+#pragma unroll
+                for (int z = 0; z < N / 32; ++z) {
+                    const int j = lane + 32 * z;
+                    a = fmaf(sA[x][j] * su[j], sB[x][j], a);
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(kFull, a, o);
+                if (lane == 0) sruk[x] = a;
+            }
         }
         __syncthreads();
         for (int x = 0; x < n; ++x) {
-            const int64_t t = tc + x;
-            const float vi = load(p.v, tok(p.v, q.batch, t, h, i));
+            const float vi = sV[x][i];
             float y0 = 0.0f, y1 = 0.0f;
 #pragma unroll
-            for (int j = 0; j < N; j += 2) {
-                y0 = fmaf(S[j], sr[x][j], y0);
-                y1 = fmaf(S[j + 1], sr[x][j + 1], y1);
-                S[j] = fmaf(S[j], sd[x][j], vi * sk[x][j]);
-                S[j + 1] = fmaf(S[j + 1], sd[x][j + 1], vi * sk[x][j + 1]);
+            for (int m = 0; m < NQ; ++m) {
+                const int j = 4 * (q + 4 * m);
+                const float4 a = *reinterpret_cast<const float4*>(&sA[x][j]);
+                const float4 b = *reinterpret_cast<const float4*>(&sB[x][j]);
+                const float4 d = *reinterpret_cast<const float4*>(&sD[x][j]);
+                float* s = &S[4 * m];
+                y0 = fmaf(s[0], a.x, y0);
+                y1 = fmaf(s[1], a.y, y1);
+                y0 = fmaf(s[2], a.z, y0);
+                y1 = fmaf(s[3], a.w, y1);
+                s[0] = fmaf(s[0], d.x, vi * b.x);
+                s[1] = fmaf(s[1], d.y, vi * b.y);
+                s[2] = fmaf(s[2], d.z, vi * b.z);
+                s[3] = fmaf(s[3], d.w, vi * b.w);
             }
-            if (want_y) store(p.y, tok(p.y, q.batch, t, h, i), (y0 + y1) + vi * sruk[x]);
+            float y = y0 + y1;
+            y += __shfl_xor_sync(kFull, y, 1);
+            y += __shfl_xor_sync(kFull, y, 2);
+            if (q == 0) sY[x][i] = fmaf(vi, sruk[x], y);
+        }
+        __syncthreads();
+        if (out.data) {
+#pragma unroll
+            for (int e = 0; e < PER; ++e) {
+                const int x = x0 + 4 * e;
+                if (x < n) store(out, tok(out, sq.batch, token_of(c * kTC + x), h, col), sY[x][col]);
+            }
         }
     }
-    if (p.state_out.data) {
-        float* sp = reinterpret_cast<float*>(p.state_out.data);
+    if (sout.data) {
+        float* sp = reinterpret_cast<float*>(sout.data);
 #pragma unroll
-        for (int j = 0; j < N; ++j) sp[st_off(p.state_out, q.s, h, i, j)] = S[j];
+        for (int m = 0; m < NQ; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sp[st_off(sout, sq.s, h, i, 4 * (q + 4 * m) + e)] = S[4 * m + e];
     }
 }
 
 template <int N>
-__global__ void __launch_bounds__(N) rwkv6_backward_kernel(const Rwkv6BwdParams p) {
+__global__ void __launch_bounds__(4 * N) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
+    row_scan<N, false>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq);
+}
+
+template <int N>
+__global__ void __launch_bounds__(4 * N) rwkv6_bwd_rows_kernel(const Rwkv6BwdParams p) {
+    row_scan<N, true>(p.k, p.r, p.w, p.dy, p.u, p.dv, p.dstate_out, p.dstate_in, p.form, p.H, p.T, p.seq);
+}
+
+/* The column scan (see the top). */
+template <int N>
+__global__ void __launch_bounds__(kColThreads) rwkv6_bwd_cols_kernel(const Rwkv6BwdParams p) {
     constexpr int K = kRwkv6SegK;
-    constexpr int NP = N / 32;
-    constexpr size_t N2 = (size_t)N * N;
-    __shared__ float su[N];
-    __shared__ float sr[kBC][N], sk[kBC][N], sv[kBC][N], sd[kBC][N], sg[kBC][N], sdy[kBC][N];
-    __shared__ float sruk[kBC], sdyv[kBC];
-    __shared__ float sP[kRC][N + 1];
-    __shared__ float sQ[N / kRC][NP][32];
+    constexpr int RG = N / kRS;             /* threads per column */
+    constexpr int CB = kColThreads / RG;    /* columns per block */
+    constexpr int NB = N / CB;              /* blocks per (sequence, head) */
+    constexpr int PV = K * N / kColThreads; /* v / dy loads per thread per segment */
+    constexpr int PC = K * CB / kColThreads;/* r / k / w loads per thread per segment */
+    static_assert(CB * N == 1024 && PV * kColThreads == K * N && PC * kColThreads == K * CB, "tile");
+    __shared__ __align__(16) float sV[K][N];
+    __shared__ __align__(16) float sDY[K][N];
+    __shared__ __align__(16) float4 sQ[K][CB]; /* r, k, decay, d decay / d w */
+    __shared__ float sO[3][K][CB];             /* dr, dk, dw */
+    __shared__ float sdyv[K];
+    __shared__ float su[CB];
     const int H = p.H;
-    const int64_t local = blockIdx.x / H, h = blockIdx.x % H;
-    const elem::Seq q = elem::seq_of(p.seq, local, p.T);
-    const int j = threadIdx.x;
-    const int64_t len = q.t1 - q.t0;
+    const int tid = threadIdx.x;
+    const int cl = tid / RG, rg = tid % RG;
+    const int64_t blk = blockIdx.x / NB;
+    const int cb = (int)(blockIdx.x % NB);
+    const int64_t local = blk / H, h = blk % H;
+    const elem::Seq sq = elem::seq_of(p.seq, local, p.T);
+    const int j = cb * CB + cl;
+    const int64_t len = sq.t1 - sq.t0;
     const int64_t nseg = (len + K - 1) / K;
-    const int64_t seg0 = p.seq.packed ? p.seg0[local] : q.s * ((p.T + K - 1) / K);
-    float* ck = p.ckpt + ((size_t)seg0 * (size_t)H + (size_t)h * (size_t)nseg) * N2;
-    float* rep = p.seg + (size_t)blockIdx.x * (size_t)(K - 1) * N2;
-    su[j] = load(p.u, h * p.u.s[2] + j * p.u.s[3]);
+    const int64_t seg0 = p.seq.packed ? p.seg0[local] : sq.s * ((p.T + K - 1) / K);
+    /* this block's checkpoints: nseg areas of 1024 floats, float4 (c * 128 + tid) of each */
+    float4* ck = reinterpret_cast<float4*>(p.ckpt + ((size_t)seg0 * (size_t)H + (size_t)h * (size_t)nseg) * (size_t)N * N +
+                                           (size_t)cb * (size_t)nseg * 1024u);
+    if (tid < CB) su[tid] = load(p.u, h * p.u.s[2] + (int64_t)(cb * CB + tid) * p.u.s[3]);
+    auto row = [&](int c, int e) { return 4 * (rg + RG * c) + e; };
+
+    /* staging (element e: v / dy slot xv + (128 / N) e, row rv; r / k / w slot xc + RG e,
+     * column cc) */
+    const int xv = tid / N, rv = tid % N, xc = tid / CB, cc = tid % CB;
+    float fv[PV], fdy[PV], fr[PC], fk[PC], fw[PC];
+    auto fetch = [&](int64_t g, bool bw) {
+        const int64_t tb = sq.t0 + g * K;
+#pragma unroll
+        for (int e = 0; e < PV; ++e) {
+            const int64_t t = tb + min64(xv + (kColThreads / N) * e, len - 1 - g * K);
+            fv[e] = load(p.v, tok(p.v, sq.batch, t, h, rv));
+            if (bw) fdy[e] = load(p.dy, tok(p.dy, sq.batch, t, h, rv));
+        }
+#pragma unroll
+        for (int e = 0; e < PC; ++e) {
+            const int64_t t = tb + min64(xc + RG * e, len - 1 - g * K);
+            const int64_t jj = cb * CB + cc;
+            if (bw) fr[e] = load(p.r, tok(p.r, sq.batch, t, h, jj));
+            fk[e] = load(p.k, tok(p.k, sq.batch, t, h, jj));
+            fw[e] = load(p.w, tok(p.w, sq.batch, t, h, jj));
+        }
+    };
+    auto put = [&](bool bw) {
+#pragma unroll
+        for (int e = 0; e < PV; ++e) {
+            sV[xv + (kColThreads / N) * e][rv] = fv[e];
+            if (bw) sDY[xv + (kColThreads / N) * e][rv] = fdy[e];
+        }
+#pragma unroll
+        for (int e = 0; e < PC; ++e) {
+            float ddw;
+            const float d = elem::decay_of(p.form, fw[e], &ddw);
+            sQ[xc + RG * e][cc] = make_float4(bw ? fr[e] : 0.0f, fk[e], d, ddw);
+        }
+    };
 
     /* A. checkpoints */
     {
-        float S[N];
+        float cur[kRS];
         if (p.state_in.data) {
             const float* sp = reinterpret_cast<const float*>(p.state_in.data);
 #pragma unroll
-            for (int i = 0; i < N; ++i) S[i] = sp[st_off(p.state_in, q.s, h, i, j)];
+            for (int c = 0; c < 2; ++c)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) cur[4 * c + e] = sp[st_off(p.state_in, sq.s, h, row(c, e), j)];
         } else {
 #pragma unroll
-            for (int i = 0; i < N; ++i) S[i] = 0.0f;
+            for (int e = 0; e < kRS; ++e) cur[e] = 0.0f;
         }
         if (nseg > 0) {
-#pragma unroll
-            for (int i = 0; i < N; ++i) ck[i * N + j] = S[i];
+            ck[tid] = make_float4(cur[0], cur[1], cur[2], cur[3]);
+            ck[kColThreads + tid] = make_float4(cur[4], cur[5], cur[6], cur[7]);
         }
+        if (nseg > 1) fetch(0, false);
         for (int64_t g = 0; g + 1 < nseg; ++g) {
-            for (int64_t tc = q.t0 + g * K; tc < q.t0 + (g + 1) * K; tc += kBC) {
-                __syncthreads();
-                for (int x = 0; x < kBC; ++x) {
-                    const int64_t t = tc + x;
-                    sk[x][j] = load(p.k, tok(p.k, q.batch, t, h, j));
-                    sv[x][j] = load(p.v, tok(p.v, q.batch, t, h, j));
-                    float ddw;
-                    sd[x][j] = elem::decay_of(p.form, load(p.w, tok(p.w, q.batch, t, h, j)), &ddw);
-                }
-                __syncthreads();
-                for (int x = 0; x < kBC; ++x) {
-                    const float dj = sd[x][j], kj = sk[x][j];
+            __syncthreads();
+            put(false);
+            fetch(g + 2 < nseg ? g + 1 : g, false);
+            __syncthreads();
 #pragma unroll
-                    for (int i = 0; i < N; ++i) S[i] = fmaf(S[i], dj, sv[x][i] * kj);
-                }
+            for (int x = 0; x < K; ++x) {
+                const float4 qv = sQ[x][cl];
+                const float4 va = *reinterpret_cast<const float4*>(&sV[x][row(0, 0)]);
+                const float4 vb = *reinterpret_cast<const float4*>(&sV[x][row(1, 0)]);
+                const float v[kRS] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+#pragma unroll
+                for (int e = 0; e < kRS; ++e) cur[e] = fmaf(cur[e], qv.z, v[e] * qv.y);
             }
-            float* c = ck + (size_t)(g + 1) * N2;
-#pragma unroll
-            for (int i = 0; i < N; ++i) c[i * N + j] = S[i];
+            float4* c = ck + (size_t)(g + 1) * 256u;
+            c[tid] = make_float4(cur[0], cur[1], cur[2], cur[3]);
+            c[kColThreads + tid] = make_float4(cur[4], cur[5], cur[6], cur[7]);
         }
     }
 
     /* B. segments in reverse */
-    float dS[N];
+    float G[kRS];
     if (p.dstate_out.data) {
         const float* sp = reinterpret_cast<const float*>(p.dstate_out.data);
 #pragma unroll
-        for (int i = 0; i < N; ++i) dS[i] = sp[st_off(p.dstate_out, q.s, h, i, j)];
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) G[4 * c + e] = sp[st_off(p.dstate_out, sq.s, h, row(c, e), j)];
     } else {
 #pragma unroll
-        for (int i = 0; i < N; ++i) dS[i] = 0.0f;
+        for (int e = 0; e < kRS; ++e) G[e] = 0.0f;
     }
     float du_acc = 0.0f;
+    if (nseg > 0) fetch(nseg - 1, true);
     for (int64_t g = nseg - 1; g >= 0; --g) {
-        const int64_t ts = q.t0 + g * K;
-        const int m = (int)min64(K, q.t1 - ts);
-        const float* start = ck + (size_t)g * N2;
-        /* replay: rep[x] = the state after token ts + x, x < m - 1 */
-        for (int c0 = 0; c0 + 1 < m; c0 += kBC) {
-            const int n = min(kBC, m - 1 - c0);
-            __syncthreads();
-            for (int x = 0; x < n; ++x) {
-                const int64_t t = ts + c0 + x;
-                sk[x][j] = load(p.k, tok(p.k, q.batch, t, h, j));
-                sv[x][j] = load(p.v, tok(p.v, q.batch, t, h, j));
-                float ddw;
-                sd[x][j] = elem::decay_of(p.form, load(p.w, tok(p.w, q.batch, t, h, j)), &ddw);
-            }
-            __syncthreads();
-            for (int x = 0; x < n; ++x) {
-                const int qq = c0 + x;
-                const float* src = qq == 0 ? start : rep + (size_t)(qq - 1) * N2;
-                float* dst = rep + (size_t)qq * N2;
-                const float dj = sd[x][j], kj = sk[x][j];
-#pragma unroll 16
-                for (int i = 0; i < N; ++i) dst[i * N + j] = fmaf(src[i * N + j], dj, sv[x][i] * kj);
+        const int m = (int)min64(K, len - g * K);
+        __syncthreads(); /* the previous segment's readers are done */
+        put(true);
+        fetch(g > 0 ? g - 1 : 0, true);
+        __syncthreads();
+        {
+            const int w = tid >> 5, lane = tid & 31;
+#pragma unroll
+            for (int x = w; x < K; x += kColThreads / 32) {
+                float a = 0.0f;
+#pragma unroll
+                for (int z = 0; z < N / 32; ++z) a = fmaf(sDY[x][lane + 32 * z], sV[x][lane + 32 * z], a);
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(kFull, a, o);
+                if (lane == 0) sdyv[x] = a;
             }
         }
-        /* sweep */
-        for (int c0 = ((m - 1) / kBC) * kBC; c0 >= 0; c0 -= kBC) {
-            const int n = min(kBC, m - c0);
-            __syncthreads();
-            for (int x = 0; x < n; ++x) {
-                const int64_t t = ts + c0 + x;
-                sr[x][j] = load(p.r, tok(p.r, q.batch, t, h, j));
-                sk[x][j] = load(p.k, tok(p.k, q.batch, t, h, j));
-                sv[x][j] = load(p.v, tok(p.v, q.batch, t, h, j));
-                sdy[x][j] = load(p.dy, tok(p.dy, q.batch, t, h, j));
-                float ddw;
-                sd[x][j] = elem::decay_of(p.form, load(p.w, tok(p.w, q.batch, t, h, j)), &ddw);
-                sg[x][j] = ddw;
-            }
-            __syncthreads();
-            if (j < n) {
-                float a = 0.0f, b = 0.0f;
-                for (int l = 0; l < N; ++l) {
-                    a = fmaf(sr[j][l] * su[l], sk[j][l], a);
-                    b = fmaf(sdy[j][l], sv[j][l], b);
+        /* replay: SR[x] = the state before token x of the segment (slots past m hold clamped
+         * copies of real tokens: finite, never used) */
+        float SR[K][kRS];
+        {
+            const float4* c = ck + (size_t)g * 256u;
+            const float4 a = c[tid], b = c[kColThreads + tid];
+            float cur[kRS] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int x = 0; x < K; ++x) {
+#pragma unroll
+                for (int e = 0; e < kRS; ++e) SR[x][e] = cur[e];
+                if (x + 1 < K) {
+                    const float4 qv = sQ[x][cl];
+                    const float4 va = *reinterpret_cast<const float4*>(&sV[x][row(0, 0)]);
+                    const float4 vb = *reinterpret_cast<const float4*>(&sV[x][row(1, 0)]);
+                    const float v[kRS] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+#pragma unroll
+                    for (int e = 0; e < kRS; ++e) cur[e] = fmaf(cur[e], qv.z, v[e] * qv.y);
                 }
-                sruk[j] = a;
-                sdyv[j] = b;
             }
-            for (int x = n - 1; x >= 0; --x) {
-                const int qq = c0 + x;
-                const int64_t t = ts + qq;
-                const float* Sp = qq == 0 ? start : rep + (size_t)(qq - 1) * N2;
-                const float rj = sr[x][j], kj = sk[x][j], dj = sd[x][j], uj = su[j];
-                float dk = 0.0f, dd = 0.0f, dr = 0.0f;
+        }
+        __syncthreads(); /* sdyv */
 #pragma unroll
-                for (int c2 = 0; c2 < N / kRC; ++c2) {
+        for (int x = K - 1; x >= 0; --x) {
+            if (x < m) {
+                const float4 qv = sQ[x][cl]; /* r, k, decay, ddw */
+                const float4 va = *reinterpret_cast<const float4*>(&sV[x][row(0, 0)]);
+                const float4 vb = *reinterpret_cast<const float4*>(&sV[x][row(1, 0)]);
+                const float4 ya = *reinterpret_cast<const float4*>(&sDY[x][row(0, 0)]);
+                const float4 yb = *reinterpret_cast<const float4*>(&sDY[x][row(1, 0)]);
+                const float v[kRS] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+                const float dy[kRS] = {ya.x, ya.y, ya.z, ya.w, yb.x, yb.y, yb.z, yb.w};
+                float dr = 0.0f, dk = 0.0f, dd = 0.0f;
 #pragma unroll
-                    for (int ii = 0; ii < kRC; ++ii) {
-                        const int i = c2 * kRC + ii;
-                        const float gg = dS[i], pv = Sp[i * N + j];
-                        dk = fmaf(gg, sv[x][i], dk);
-                        dd = fmaf(gg, pv, dd);
-                        dr = fmaf(pv, sdy[x][i], dr);
-                        sP[ii][j] = gg * kj;
-                        dS[i] = fmaf(gg, dj, sdy[x][i] * rj);
-                    }
-                    __syncthreads(); /* also publishes sruk / sdyv on the first pass */
-                    {
-                        const int r = j & 31, pp = j >> 5;
-                        float a = 0.0f;
-#pragma unroll 8
-                        for (int cc = 0; cc < 32; ++cc) a += sP[r][pp * 32 + cc];
-                        sQ[c2][pp][r] = a;
-                    }
-                    __syncthreads();
+                for (int e = 0; e < kRS; ++e) {
+                    const float sp = SR[x][e], gg = G[e];
+                    dk = fmaf(gg, v[e], dk);
+                    dd = fmaf(gg, sp, dd);
+                    dr = fmaf(sp, dy[e], dr);
+                    G[e] = fmaf(gg, qv.z, dy[e] * qv.x);
                 }
-                const float dyv = sdyv[x], ruk = sruk[x];
-                float dv = 0.0f;
 #pragma unroll
-                for (int pp = 0; pp < NP; ++pp) dv += sQ[j >> 5][pp][j & 31];
-                dv = fmaf(sdy[x][j], ruk, dv);
-                dr = fmaf(uj * kj, dyv, dr);
-                dk = fmaf(rj * uj, dyv, dk);
-                du_acc = fmaf(rj * kj, dyv, du_acc);
-                store(p.dr, tok(p.dr, q.batch, t, h, j), dr);
-                store(p.dw, tok(p.dw, q.batch, t, h, j), dd * sg[x][j]);
-                store(p.dk, tok(p.dk, q.batch, t, h, j), dk);
-                store(p.dv, tok(p.dv, q.batch, t, h, j), dv);
+                for (int o = 1; o < RG; o <<= 1) {
+                    dr += __shfl_xor_sync(kFull, dr, o);
+                    dk += __shfl_xor_sync(kFull, dk, o);
+                    dd += __shfl_xor_sync(kFull, dd, o);
+                }
+                const float dyv = sdyv[x], uj = su[cl];
+                du_acc = fmaf(qv.x * qv.y, dyv, du_acc);
+                if (rg == 0) {
+                    sO[0][x][cl] = fmaf(uj * qv.y, dyv, dr);
+                    sO[1][x][cl] = fmaf(qv.x * uj, dyv, dk);
+                    sO[2][x][cl] = dd * qv.w;
+                }
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int o = 0; o < 3; ++o) {
+            const DevView& ov = o == 0 ? p.dr : (o == 1 ? p.dk : p.dw);
+#pragma unroll
+            for (int e = 0; e < PC; ++e) {
+                const int x = xc + RG * e;
+                if (x < m) store(ov, tok(ov, sq.batch, sq.t0 + g * K + x, h, cb * CB + cc), sO[o][x][cc]);
             }
         }
     }
-    if (p.dstate_in.data) {
-        float* sp = reinterpret_cast<float*>(p.dstate_in.data);
-#pragma unroll
-        for (int i = 0; i < N; ++i) sp[st_off(p.dstate_in, q.s, h, i, j)] = dS[i];
-    }
-    p.part[((size_t)q.s * (size_t)H + (size_t)h) * N + j] = du_acc;
+    if (rg == 0) p.part[((size_t)sq.s * (size_t)H + (size_t)h) * N + j] = du_acc;
 }
 
 __global__ void rwkv6_reduce_kernel(const float* part, DevView du, int64_t S, int32_t H, int32_t N) {
@@ -301,12 +419,16 @@ __global__ void rwkv6_reduce_kernel(const float* part, DevView du, int64_t S, in
 
 template <int N>
 int launch_fwd(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
-    rwkv6_forward_kernel<N><<<(unsigned)blocks, N, 0, s>>>(p);
+    rwkv6_forward_kernel<N><<<(unsigned)blocks, 4 * N, 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 template <int N>
 int launch_bwd(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
-    rwkv6_backward_kernel<N><<<(unsigned)blocks, N, 0, s>>>(p);
+    /* columns first: the row scan overwrites dstate_in, which may alias dstate_out */
+    rwkv6_bwd_cols_kernel<N><<<(unsigned)(blocks * (N * N / 1024)), kColThreads, 0, s>>>(p);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    rwkv6_bwd_rows_kernel<N><<<(unsigned)blocks, 4 * N, 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 
