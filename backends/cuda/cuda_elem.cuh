@@ -24,13 +24,24 @@ __device__ __forceinline__ float load(const DevView& v, int64_t off) {
     return v.elem == 0 ? f32 : (v.elem == 2 ? bf16 : f16);
 }
 
-__device__ __forceinline__ void store(const DevView& v, int64_t off, float x) {
-    switch (v.elem) {
-    case 0: reinterpret_cast<float*>(v.data)[off] = x; break;
-    case 1: reinterpret_cast<__half*>(v.data)[off] = __float2half_rn(x); break;
-    default: reinterpret_cast<__nv_bfloat16*>(v.data)[off] = __float2bfloat16_rn(x); break;
-    }
+/* Store of any dtype, and only when `en`: both conversions computed, one of two predicated
+ * stores issued, no branch (a branch per store would cut unrolled token loops into basic blocks
+ * the scheduler cannot overlap; nvcc turns an if/else of two stores into one). Outputs are
+ * never read back by the kernel that writes them, so no memory clobber is needed. */
+__device__ __forceinline__ void store_if(const DevView& v, int64_t off, float x, bool en) {
+    const unsigned short h = v.elem == 1 ? __half_as_ushort(__float2half_rn(x))
+                                          : __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    float* pf = reinterpret_cast<float*>(v.data) + off;
+    unsigned short* ph = reinterpret_cast<unsigned short*>(v.data) + off;
+    const int f32 = en && v.elem == 0, f16 = en && v.elem != 0;
+    asm volatile("{\n\t.reg .pred p, q;\n\t"
+                 "setp.ne.s32 p, %4, 0;\n\tsetp.ne.s32 q, %5, 0;\n\t"
+                 "@p st.global.f32 [%0], %2;\n\t@q st.global.u16 [%1], %3;\n\t}"
+                 :
+                 : "l"(pf), "l"(ph), "f"(x), "h"(h), "r"(f32), "r"(f16));
 }
+
+__device__ __forceinline__ void store(const DevView& v, int64_t off, float x) { store_if(v, off, x, true); }
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

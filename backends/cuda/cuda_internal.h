@@ -80,7 +80,7 @@ int rwkv7_check_kernel_image(int N);
 
 /* ------------------------------------------------------------------------------ RWKV-6 */
 
-enum { kRwkv6SegK = 16 }; /* backward: tokens per checkpointed segment */
+enum { kRwkv6SegK = 8 }; /* backward: tokens per checkpointed segment */
 
 struct Rwkv6FwdParams {
     DevView r, w, k, v, u, y, state_in, state_out;

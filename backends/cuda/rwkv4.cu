@@ -15,8 +15,9 @@
  * channels (grid.x) times the launch's sequences (grid.y). Loads of consecutive channels are
  * coalesced when the channel stride is 1. The recurrence is a short dependent chain per token;
  * with only B C threads the kernels are bound by how many loads are in flight, so tokens are
- * loaded a chunk ahead into registers (forward kFC, backward one segment of K, with the
- * segment's checkpoint), never one load per token on the chain.
+ * loaded a chunk ahead into registers (forward kFC, backward one segment of K with its
+ * checkpoint; dy at the segment's start, first used after its replay), never one load per
+ * token on the chain; token loops are unrolled and branch-free (selects, predicated stores).
  *
  * BACKWARD: K = kRwkv4SegK = 16 tokens per checkpointed segment.
  *   A. run the forward (no y), storing (aa, bb, ph, pl) before each segment in the workspace;
@@ -52,6 +53,22 @@ __device__ __forceinline__ void two_sum(float a, float b, float* s, float* e) {
     *e = isfinite(sum) ? err : 0.0f;
 }
 
+/* 1 / x without the division's slow-path call (a call per token would cut the unrolled token
+ * loops into basic blocks): the hardware reciprocal refined by one Newton step, on x scaled by
+ * an exact power of two into [2^-64, 2^64] (where the approximation is defined for every
+ * input), scaled back. Exact reciprocal up to the final rounding in that range; the
+ * denominators here are >= 1 for any state reached from the documented initial ones. */
+__device__ __forceinline__ float rcp_nr(float x) {
+    const float ax = fabsf(x);
+    const float sc = ax > 0x1p+64f ? 0x1p-64f : (ax < 0x1p-64f ? 0x1p+64f : 1.0f);
+    const float xs = x * sc;
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(xs));
+    const float e = fmaf(-xs, r, 1.0f);
+    r = fmaf(r, e, r);
+    return r * sc;
+}
+
 struct Token {
     float e1, e2, inv, y;
     float A, Bk;
@@ -69,7 +86,7 @@ __device__ __forceinline__ Token token(float a, float b, float ph, float pl, flo
         const float q = ph >= wh ? ph : wh;
         o.e1 = expf(__fadd_rn(__fsub_rn(ph, q), pl));
         o.e2 = expf(__fadd_rn(__fsub_rn(wh, q), wl));
-        o.inv = 1.0f / __fadd_rn(__fmul_rn(o.e1, b), o.e2);
+        o.inv = rcp_nr(__fadd_rn(__fmul_rn(o.e1, b), o.e2));
         o.y = __fmul_rn(__fadd_rn(__fmul_rn(o.e1, a), __fmul_rn(o.e2, vv)), o.inv);
     }
     float sh, sl;
@@ -78,17 +95,14 @@ __device__ __forceinline__ Token token(float a, float b, float ph, float pl, flo
     const float hi = isfinite(sh) ? __fadd_rn(sh, lo) : sh;
     const float rl = isfinite(sh) ? __fsub_rn(lo, __fsub_rn(hi, sh)) : 0.0f;
     o.side = __fadd_rn(__fsub_rn(hi, kk), rl);
-    if (o.side >= 0.0f) {
-        o.qh = hi;
-        o.ql = rl;
-        o.A = 1.0f;
-        o.Bk = expf(__fsub_rn(__fsub_rn(kk, hi), rl));
-    } else {
-        o.qh = kk;
-        o.ql = 0.0f;
-        o.A = expf(__fadd_rn(__fsub_rn(hi, kk), rl));
-        o.Bk = 1.0f;
-    }
+    /* branch-free (selects), one exp: a branch here would end the basic block every token and
+     * keep the compiler from overlapping consecutive tokens */
+    const bool keep = o.side >= 0.0f;
+    const float ex = expf(keep ? __fsub_rn(__fsub_rn(kk, hi), rl) : __fadd_rn(__fsub_rn(hi, kk), rl));
+    o.qh = keep ? hi : kk;
+    o.ql = keep ? rl : 0.0f;
+    o.A = keep ? 1.0f : ex;
+    o.Bk = keep ? ex : 1.0f;
     return o;
 }
 
@@ -138,16 +152,21 @@ __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_forward_kernel(const Rwkv
         }
         fetch(tc + kFC < q.t1 ? tc + kFC : tc);
         const int n = (int)min64(kFC, q.t1 - tc);
+        auto step = [&](int x) {
+            const Token o = token(a, b, ph, pl, kc[x], vc[x], u, wd, true); /* y even when unused: no branch */
+            elem::store_if(p.y, tok(p.y, q.batch, tc + x, c), o.y, want_y);
+            a = __fadd_rn(__fmul_rn(o.A, a), __fmul_rn(o.Bk, vc[x]));
+            b = __fadd_rn(__fmul_rn(o.A, b), o.Bk);
+            ph = o.qh;
+            pl = o.ql;
+        };
+        if (n == kFC) { /* a whole chunk: straight-line code */
 #pragma unroll
-        for (int x = 0; x < kFC; ++x) {
-            if (x < n) {
-                const Token o = token(a, b, ph, pl, kc[x], vc[x], u, wd, want_y);
-                if (want_y) store(p.y, tok(p.y, q.batch, tc + x, c), o.y);
-                a = __fadd_rn(__fmul_rn(o.A, a), __fmul_rn(o.Bk, vc[x]));
-                b = __fadd_rn(__fmul_rn(o.A, b), o.Bk);
-                ph = o.qh;
-                pl = o.ql;
-            }
+            for (int x = 0; x < kFC; ++x) step(x);
+        } else {
+#pragma unroll
+            for (int x = 0; x < kFC; ++x)
+                if (x < n) step(x);
         }
     }
     if (p.state_out.data) {
@@ -174,14 +193,13 @@ __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_backward_kernel(const Rwk
 
     /* segment g's tokens (and, backward, its dy and checkpoint) are loaded one segment ahead
      * into registers; indices clamped to the sequence, so no load sits under a branch */
-    float kn[K], vn[K], dn[K], cn[4];
+    float kn[K], vn[K], cn[4];
     auto fetch = [&](int64_t g, bool bw) {
 #pragma unroll
         for (int x = 0; x < K; ++x) {
             const int64_t t = min64(q.t0 + g * K + x, q.t1 - 1);
             kn[x] = load(p.k, tok(p.k, q.batch, t, c));
             vn[x] = load(p.v, tok(p.v, q.batch, t, c));
-            if (bw) dn[x] = load(p.dy, tok(p.dy, q.batch, t, c));
         }
         if (bw) {
             const float* x = ck + (size_t)g * 4 * (size_t)C;
@@ -243,7 +261,8 @@ __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_backward_kernel(const Rwk
         for (int i = 0; i < K; ++i) {
             kc[i] = kn[i];
             vc[i] = vn[i];
-            dc[i] = dn[i];
+            /* dy is first needed after the replay: loaded now, it arrives meanwhile */
+            dc[i] = load(p.dy, tok(p.dy, q.batch, min64(ts + i, q.t1 - 1), c));
         }
         float a = cn[0], b = cn[1], ph = cn[2], pl = cn[3];
         fetch(g > 0 ? g - 1 : 0, true);
@@ -264,46 +283,48 @@ __global__ void __launch_bounds__(kRwkv4Threads) rwkv4_backward_kernel(const Rwk
                 pl = o.ql;
             }
         }
+        auto back = [&](int i) {
+            const float kk = kc[i], vv = vc[i], dy = dc[i];
+            const float sa = ra[i], sb = rb[i];
+            const Token o = token(sa, sb, rh[i], rl[i], kk, vv, u, wd, true);
+            /* through y */
+            const float gg = dy * o.inv;
+            const float dk_y = gg * o.e2 * (vv - o.y);
+            float ga = gg * o.e1, gb = -gg * o.y * o.e1, gp = gg * o.e1 * (sa - o.y * sb);
+            float dkt = dk_y, dvt = gg * o.e2, dwt = 0.0f;
+            /* through the update */
+            const float dA = gaa * sa + gbb * sb, dB = gaa * vv + gbb;
+            const float dAA = dA * o.A;
+            const float dq2 = gpp - dAA - dB * o.Bk;
+            ga += gaa * o.A;
+            gb += gbb * o.A;
+            gp += dAA;
+            dwt += dAA;
+            dvt += gaa * o.Bk;
+            dkt += dB * o.Bk;
+            /* the max's gradient: to pp (and w) when pp + wd won, to k when k won, half each on
+             * a tie (selects, not branches: see token()) */
+            const float half = 0.5f * dq2;
+            const float to_p = o.side > 0.0f ? dq2 : (o.side < 0.0f ? 0.0f : half);
+            const float to_k = o.side < 0.0f ? dq2 : (o.side > 0.0f ? 0.0f : half);
+            gp += to_p;
+            dwt += to_p;
+            dkt += to_k;
+            gaa = ga;
+            gbb = gb;
+            gpp = gp;
+            dwd += dwt;
+            du += dk_y;
+            store(p.dk, tok(p.dk, q.batch, ts + i, c), dkt);
+            store(p.dv, tok(p.dv, q.batch, ts + i, c), dvt);
+        };
+        if (m == K) { /* a whole segment: straight-line code */
 #pragma unroll
-        for (int i = K - 1; i >= 0; --i) {
-            if (i < m) {
-                const int64_t t = ts + i;
-                const float kk = kc[i], vv = vc[i], dy = dc[i];
-                const float sa = ra[i], sb = rb[i];
-                const Token o = token(sa, sb, rh[i], rl[i], kk, vv, u, wd, true);
-                /* through y */
-                const float gg = dy * o.inv;
-                const float dk_y = gg * o.e2 * (vv - o.y);
-                float ga = gg * o.e1, gb = -gg * o.y * o.e1, gp = gg * o.e1 * (sa - o.y * sb);
-                float dkt = dk_y, dvt = gg * o.e2, dwt = 0.0f;
-                /* through the update */
-                const float dA = gaa * sa + gbb * sb, dB = gaa * vv + gbb;
-                const float dAA = dA * o.A;
-                const float dq2 = gpp - dAA - dB * o.Bk;
-                ga += gaa * o.A;
-                gb += gbb * o.A;
-                gp += dAA;
-                dwt += dAA;
-                dvt += gaa * o.Bk;
-                dkt += dB * o.Bk;
-                if (o.side > 0.0f) {
-                    gp += dq2;
-                    dwt += dq2;
-                } else if (o.side < 0.0f) {
-                    dkt += dq2;
-                } else {
-                    gp += 0.5f * dq2;
-                    dwt += 0.5f * dq2;
-                    dkt += 0.5f * dq2;
-                }
-                gaa = ga;
-                gbb = gb;
-                gpp = gp;
-                dwd += dwt;
-                du += dk_y;
-                store(p.dk, tok(p.dk, q.batch, t, c), dkt);
-                store(p.dv, tok(p.dv, q.batch, t, c), dvt);
-            }
+            for (int i = K - 1; i >= 0; --i) back(i);
+        } else {
+#pragma unroll
+            for (int i = K - 1; i >= 0; --i)
+                if (i < m) back(i);
         }
     }
     if (p.dstate_in.data) {

@@ -32,7 +32,8 @@
  *     dd[j] = sum_i G[i][j] Sp[i][j];  dw[j] = dd[j] d decay / d w;  du[j] += r[j] k[j] dyv
  * Thread (j, g) owns column j, rows 4 (g + RG c) + e (c < 2, e < 4), RG = N / 8 threads per
  * column on adjacent lanes (the column sums: log2 RG xor-shuffles); blocks of 128 threads hold
- * 1024 / N columns, N^2 / 1024 blocks per (sequence, head). K = kRwkv6SegK tokens per segment:
+ * 1024 / N columns, N^2 / 1024 blocks per (sequence, head). K = kRwkv6SegK = 8 tokens per
+ * segment (8 K = 64 replay registers; 16 doubled the registers and halved the occupancy):
  *   A. run the forward (column form) from state_in, storing the state before each segment in
  *      the workspace (checkpoints: each thread its own 8 floats, two coalesced float4);
  *   B. for each segment, last first: replay it from its checkpoint into registers (the K
@@ -42,10 +43,10 @@
  * second kernel sums the partials over sequences 0, 1, ... in order (deterministic: no
  * atomics anywhere). The column scan is launched before the row scan, which writes dstate_in.
  *
- * WORKSPACE (bytes), K = 16:
+ * WORKSPACE (bytes), K = 8:
  *     256 + A256(4 * H * G * N * N)          checkpoints, G = sum_s ceil(L_s / K)
  *         + A256(4 * num_seqs * H * N)       du partials
- * where A256 rounds up to a multiple of 256. E.g. B=8 T=4096 H=32 N=64: 1 GiB + 64 KiB.
+ * where A256 rounds up to a multiple of 256. E.g. B=8 T=4096 H=32 N=64: 2 GiB + 64 KiB.
  */
 #include "cuda_elem.cuh"
 
@@ -74,47 +75,91 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
                                          const DevView& V, const DevView& U, const DevView& out,
                                          const DevView& sin, const DevView& sout, int form, int H,
                                          int64_t T, const SeqInfo& seqi) {
-    constexpr int NT = 4 * N;          /* threads */
-    constexpr int NQ = N / 16;         /* float4 chunks per thread */
-    constexpr int PER = kTC * N / NT;  /* loads per tensor per thread (4) */
+    constexpr int NT = 2 * N;          /* threads: 4 per row pair */
+    constexpr int NQ = N / 16;         /* float4 column chunks per thread */
+    constexpr int PER = kTC * N / NT;  /* loads per tensor per thread (8) */
     __shared__ __align__(16) float sA[kTC][N];
     __shared__ __align__(16) float sB[kTC][N];
     __shared__ __align__(16) float sD[kTC][N];
-    __shared__ float sV[kTC][N];
-    __shared__ float sY[kTC][N];
+    __shared__ __align__(16) float sV[kTC][N];
+    __shared__ __align__(16) float sY[kTC][N];
     __shared__ float su[N];
     __shared__ float sruk[kTC];
     const int tid = threadIdx.x;
-    const int i = tid >> 2, q = tid & 3;
+    const int i = 2 * (tid >> 2), q = tid & 3; /* rows i, i + 1 */
     const int64_t local = blockIdx.x / H, h = blockIdx.x % H;
     const elem::Seq sq = elem::seq_of(seqi, local, T);
     const int64_t len = sq.t1 - sq.t0;
 
-    float S[4 * NQ];
+    float S[2][4 * NQ];
     if (sin.data) {
         const float* sp = reinterpret_cast<const float*>(sin.data);
 #pragma unroll
-        for (int m = 0; m < NQ; ++m)
+        for (int rr = 0; rr < 2; ++rr)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) S[4 * m + e] = sp[st_off(sin, sq.s, h, i, 4 * (q + 4 * m) + e)];
+            for (int m = 0; m < NQ; ++m)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    S[rr][4 * m + e] = sp[st_off(sin, sq.s, h, i + rr, 4 * (q + 4 * m) + e)];
     } else {
 #pragma unroll
-        for (int x = 0; x < 4 * NQ; ++x) S[x] = 0.0f;
+        for (int rr = 0; rr < 2; ++rr)
+#pragma unroll
+            for (int x = 0; x < 4 * NQ; ++x) S[rr][x] = 0.0f;
     }
     if (tid < N) su[tid] = load(U, h * U.s[2] + tid * U.s[3]);
 
-    /* staging: element e of a tensor for this thread is token slot x0 + 4 e, column col */
+    /* staging: element e of a tensor for this thread is token slot x0 + 2 e, column col */
     const int x0 = tid / N, col = tid % N;
     float pa[PER], pb[PER], pw[PER], pv[PER];
     auto token_of = [&](int64_t idx) { return BWD ? sq.t1 - 1 - idx : sq.t0 + idx; };
     auto fetch = [&](int64_t c) {
 #pragma unroll
         for (int e = 0; e < PER; ++e) {
-            const int64_t t = token_of(min64(c * kTC + x0 + 4 * e, len - 1)); /* clamped: no branch */
+            const int64_t t = token_of(min64(c * kTC + x0 + 2 * e, len - 1)); /* clamped: no branch */
             pa[e] = load(A, tok(A, sq.batch, t, h, col));
             pb[e] = load(B, tok(B, sq.batch, t, h, col));
             pw[e] = load(W, tok(W, sq.batch, t, h, col));
             pv[e] = load(V, tok(V, sq.batch, t, h, col));
+        }
+    };
+    /* one token: two quarter-row dot products, two shuffles each, the element updates */
+    auto step = [&](int x) {
+        const float2 vi = *reinterpret_cast<const float2*>(&sV[x][i]);
+        float y0 = 0.0f, y1 = 0.0f, z0 = 0.0f, z1 = 0.0f;
+#pragma unroll
+        for (int m = 0; m < NQ; ++m) {
+            const int j = 4 * (q + 4 * m);
+            const float4 a = *reinterpret_cast<const float4*>(&sA[x][j]);
+            const float4 b = *reinterpret_cast<const float4*>(&sB[x][j]);
+            const float4 d = *reinterpret_cast<const float4*>(&sD[x][j]);
+            float* s = &S[0][4 * m];
+            float* t = &S[1][4 * m];
+            y0 = fmaf(s[0], a.x, y0);
+            y1 = fmaf(s[1], a.y, y1);
+            y0 = fmaf(s[2], a.z, y0);
+            y1 = fmaf(s[3], a.w, y1);
+            z0 = fmaf(t[0], a.x, z0);
+            z1 = fmaf(t[1], a.y, z1);
+            z0 = fmaf(t[2], a.z, z0);
+            z1 = fmaf(t[3], a.w, z1);
+            s[0] = fmaf(s[0], d.x, vi.x * b.x);
+            s[1] = fmaf(s[1], d.y, vi.x * b.y);
+            s[2] = fmaf(s[2], d.z, vi.x * b.z);
+            s[3] = fmaf(s[3], d.w, vi.x * b.w);
+            t[0] = fmaf(t[0], d.x, vi.y * b.x);
+            t[1] = fmaf(t[1], d.y, vi.y * b.y);
+            t[2] = fmaf(t[2], d.z, vi.y * b.z);
+            t[3] = fmaf(t[3], d.w, vi.y * b.w);
+        }
+        float y = y0 + y1, z = z0 + z1;
+        y += __shfl_xor_sync(kFull, y, 1);
+        z += __shfl_xor_sync(kFull, z, 1);
+        y += __shfl_xor_sync(kFull, y, 2);
+        z += __shfl_xor_sync(kFull, z, 2);
+        if (q == 0) {
+            const float rk = sruk[x];
+            *reinterpret_cast<float2*>(&sY[x][i]) = make_float2(fmaf(vi.x, rk, y), fmaf(vi.y, rk, z));
         }
     };
     const int64_t nch = (len + kTC - 1) / kTC;
@@ -124,7 +169,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
         __syncthreads(); /* the previous chunk's readers are done */
 #pragma unroll
         for (int e = 0; e < PER; ++e) {
-            const int x = x0 + 4 * e;
+            const int x = x0 + 2 * e;
             float ddw;
             sA[x][col] = pa[e];
             sB[x][col] = pb[e];
@@ -148,35 +193,17 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
             }
         }
         __syncthreads();
-        for (int x = 0; x < n; ++x) {
-            const float vi = sV[x][i];
-            float y0 = 0.0f, y1 = 0.0f;
+        if (n == kTC) { /* whole chunk: straight-line code, tokens can overlap */
 #pragma unroll
-            for (int m = 0; m < NQ; ++m) {
-                const int j = 4 * (q + 4 * m);
-                const float4 a = *reinterpret_cast<const float4*>(&sA[x][j]);
-                const float4 b = *reinterpret_cast<const float4*>(&sB[x][j]);
-                const float4 d = *reinterpret_cast<const float4*>(&sD[x][j]);
-                float* s = &S[4 * m];
-                y0 = fmaf(s[0], a.x, y0);
-                y1 = fmaf(s[1], a.y, y1);
-                y0 = fmaf(s[2], a.z, y0);
-                y1 = fmaf(s[3], a.w, y1);
-                s[0] = fmaf(s[0], d.x, vi * b.x);
-                s[1] = fmaf(s[1], d.y, vi * b.y);
-                s[2] = fmaf(s[2], d.z, vi * b.z);
-                s[3] = fmaf(s[3], d.w, vi * b.w);
-            }
-            float y = y0 + y1;
-            y += __shfl_xor_sync(kFull, y, 1);
-            y += __shfl_xor_sync(kFull, y, 2);
-            if (q == 0) sY[x][i] = fmaf(vi, sruk[x], y);
+            for (int x = 0; x < kTC; ++x) step(x);
+        } else {
+            for (int x = 0; x < n; ++x) step(x);
         }
         __syncthreads();
         if (out.data) {
 #pragma unroll
             for (int e = 0; e < PER; ++e) {
-                const int x = x0 + 4 * e;
+                const int x = x0 + 2 * e;
                 if (x < n) store(out, tok(out, sq.batch, token_of(c * kTC + x), h, col), sY[x][col]);
             }
         }
@@ -184,19 +211,22 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
     if (sout.data) {
         float* sp = reinterpret_cast<float*>(sout.data);
 #pragma unroll
-        for (int m = 0; m < NQ; ++m)
+        for (int rr = 0; rr < 2; ++rr)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) sp[st_off(sout, sq.s, h, i, 4 * (q + 4 * m) + e)] = S[4 * m + e];
+            for (int m = 0; m < NQ; ++m)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    sp[st_off(sout, sq.s, h, i + rr, 4 * (q + 4 * m) + e)] = S[rr][4 * m + e];
     }
 }
 
 template <int N>
-__global__ void __launch_bounds__(4 * N) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
+__global__ void __launch_bounds__(2 * N) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
     row_scan<N, false>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq);
 }
 
 template <int N>
-__global__ void __launch_bounds__(4 * N) rwkv6_bwd_rows_kernel(const Rwkv6BwdParams p) {
+__global__ void __launch_bounds__(2 * N) rwkv6_bwd_rows_kernel(const Rwkv6BwdParams p) {
     row_scan<N, true>(p.k, p.r, p.w, p.dy, p.u, p.dv, p.dstate_out, p.dstate_in, p.form, p.H, p.T, p.seq);
 }
 
@@ -208,8 +238,9 @@ __global__ void __launch_bounds__(kColThreads) rwkv6_bwd_cols_kernel(const Rwkv6
     constexpr int CB = kColThreads / RG;    /* columns per block */
     constexpr int NB = N / CB;              /* blocks per (sequence, head) */
     constexpr int PV = K * N / kColThreads; /* v / dy loads per thread per segment */
-    constexpr int PC = K * CB / kColThreads;/* r / k / w loads per thread per segment */
-    static_assert(CB * N == 1024 && PV * kColThreads == K * N && PC * kColThreads == K * CB, "tile");
+    constexpr int PC = (K * CB + kColThreads - 1) / kColThreads; /* r / k / w loads per thread */
+    constexpr int XC = kColThreads / CB;    /* r / k / w slot step */
+    static_assert(CB * N == 1024 && PV * kColThreads == K * N && PC * kColThreads >= K * CB, "tile");
     __shared__ __align__(16) float sV[K][N];
     __shared__ __align__(16) float sDY[K][N];
     __shared__ __align__(16) float4 sQ[K][CB]; /* r, k, decay, d decay / d w */
@@ -233,8 +264,8 @@ __global__ void __launch_bounds__(kColThreads) rwkv6_bwd_cols_kernel(const Rwkv6
     if (tid < CB) su[tid] = load(p.u, h * p.u.s[2] + (int64_t)(cb * CB + tid) * p.u.s[3]);
     auto row = [&](int c, int e) { return 4 * (rg + RG * c) + e; };
 
-    /* staging (element e: v / dy slot xv + (128 / N) e, row rv; r / k / w slot xc + RG e,
-     * column cc) */
+    /* staging (element e: v / dy slot xv + (128 / N) e, row rv; r / k / w slot xc + XC e,
+     * column cc; slots past K (N = 128) are loaded clamped and dropped) */
     const int xv = tid / N, rv = tid % N, xc = tid / CB, cc = tid % CB;
     float fv[PV], fdy[PV], fr[PC], fk[PC], fw[PC];
     auto fetch = [&](int64_t g, bool bw) {
@@ -247,7 +278,7 @@ __global__ void __launch_bounds__(kColThreads) rwkv6_bwd_cols_kernel(const Rwkv6
         }
 #pragma unroll
         for (int e = 0; e < PC; ++e) {
-            const int64_t t = tb + min64(xc + RG * e, len - 1 - g * K);
+            const int64_t t = tb + min64(xc + XC * e, len - 1 - g * K);
             const int64_t jj = cb * CB + cc;
             if (bw) fr[e] = load(p.r, tok(p.r, sq.batch, t, h, jj));
             fk[e] = load(p.k, tok(p.k, sq.batch, t, h, jj));
@@ -264,7 +295,7 @@ __global__ void __launch_bounds__(kColThreads) rwkv6_bwd_cols_kernel(const Rwkv6
         for (int e = 0; e < PC; ++e) {
             float ddw;
             const float d = elem::decay_of(p.form, fw[e], &ddw);
-            sQ[xc + RG * e][cc] = make_float4(bw ? fr[e] : 0.0f, fk[e], d, ddw);
+            if (xc + XC * e < K) sQ[xc + XC * e][cc] = make_float4(bw ? fr[e] : 0.0f, fk[e], d, ddw);
         }
     };
 
@@ -360,39 +391,44 @@ __global__ void __launch_bounds__(kColThreads) rwkv6_bwd_cols_kernel(const Rwkv6
             }
         }
         __syncthreads(); /* sdyv */
+        auto sweep_tok = [&](int x) {
+            const float4 qv = sQ[x][cl]; /* r, k, decay, ddw */
+            const float4 va = *reinterpret_cast<const float4*>(&sV[x][row(0, 0)]);
+            const float4 vb = *reinterpret_cast<const float4*>(&sV[x][row(1, 0)]);
+            const float4 ya = *reinterpret_cast<const float4*>(&sDY[x][row(0, 0)]);
+            const float4 yb = *reinterpret_cast<const float4*>(&sDY[x][row(1, 0)]);
+            const float v[kRS] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+            const float dy[kRS] = {ya.x, ya.y, ya.z, ya.w, yb.x, yb.y, yb.z, yb.w};
+            float dr = 0.0f, dk = 0.0f, dd = 0.0f;
 #pragma unroll
-        for (int x = K - 1; x >= 0; --x) {
-            if (x < m) {
-                const float4 qv = sQ[x][cl]; /* r, k, decay, ddw */
-                const float4 va = *reinterpret_cast<const float4*>(&sV[x][row(0, 0)]);
-                const float4 vb = *reinterpret_cast<const float4*>(&sV[x][row(1, 0)]);
-                const float4 ya = *reinterpret_cast<const float4*>(&sDY[x][row(0, 0)]);
-                const float4 yb = *reinterpret_cast<const float4*>(&sDY[x][row(1, 0)]);
-                const float v[kRS] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
-                const float dy[kRS] = {ya.x, ya.y, ya.z, ya.w, yb.x, yb.y, yb.z, yb.w};
-                float dr = 0.0f, dk = 0.0f, dd = 0.0f;
-#pragma unroll
-                for (int e = 0; e < kRS; ++e) {
-                    const float sp = SR[x][e], gg = G[e];
-                    dk = fmaf(gg, v[e], dk);
-                    dd = fmaf(gg, sp, dd);
-                    dr = fmaf(sp, dy[e], dr);
-                    G[e] = fmaf(gg, qv.z, dy[e] * qv.x);
-                }
-#pragma unroll
-                for (int o = 1; o < RG; o <<= 1) {
-                    dr += __shfl_xor_sync(kFull, dr, o);
-                    dk += __shfl_xor_sync(kFull, dk, o);
-                    dd += __shfl_xor_sync(kFull, dd, o);
-                }
-                const float dyv = sdyv[x], uj = su[cl];
-                du_acc = fmaf(qv.x * qv.y, dyv, du_acc);
-                if (rg == 0) {
-                    sO[0][x][cl] = fmaf(uj * qv.y, dyv, dr);
-                    sO[1][x][cl] = fmaf(qv.x * uj, dyv, dk);
-                    sO[2][x][cl] = dd * qv.w;
-                }
+            for (int e = 0; e < kRS; ++e) {
+                const float sp = SR[x][e], gg = G[e];
+                dk = fmaf(gg, v[e], dk);
+                dd = fmaf(gg, sp, dd);
+                dr = fmaf(sp, dy[e], dr);
+                G[e] = fmaf(gg, qv.z, dy[e] * qv.x);
             }
+#pragma unroll
+            for (int o = 1; o < RG; o <<= 1) {
+                dr += __shfl_xor_sync(kFull, dr, o);
+                dk += __shfl_xor_sync(kFull, dk, o);
+                dd += __shfl_xor_sync(kFull, dd, o);
+            }
+            const float dyv = sdyv[x], uj = su[cl];
+            du_acc = fmaf(qv.x * qv.y, dyv, du_acc);
+            if (rg == 0) {
+                sO[0][x][cl] = fmaf(uj * qv.y, dyv, dr);
+                sO[1][x][cl] = fmaf(qv.x * uj, dyv, dk);
+                sO[2][x][cl] = dd * qv.w;
+            }
+        };
+        if (m == K) { /* a whole segment: straight-line code, tokens can overlap */
+#pragma unroll
+            for (int x = K - 1; x >= 0; --x) sweep_tok(x);
+        } else {
+#pragma unroll
+            for (int x = K - 1; x >= 0; --x)
+                if (x < m) sweep_tok(x);
         }
         __syncthreads();
 #pragma unroll
@@ -400,7 +436,7 @@ __global__ void __launch_bounds__(kColThreads) rwkv6_bwd_cols_kernel(const Rwkv6
             const DevView& ov = o == 0 ? p.dr : (o == 1 ? p.dk : p.dw);
 #pragma unroll
             for (int e = 0; e < PC; ++e) {
-                const int x = xc + RG * e;
+                const int x = xc + XC * e;
                 if (x < m) store(ov, tok(ov, sq.batch, sq.t0 + g * K + x, h, cb * CB + cc), sO[o][x][cc]);
             }
         }
@@ -419,7 +455,7 @@ __global__ void rwkv6_reduce_kernel(const float* part, DevView du, int64_t S, in
 
 template <int N>
 int launch_fwd(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
-    rwkv6_forward_kernel<N><<<(unsigned)blocks, 4 * N, 0, s>>>(p);
+    rwkv6_forward_kernel<N><<<(unsigned)blocks, 2 * N, 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 template <int N>
@@ -428,7 +464,7 @@ int launch_bwd(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
     rwkv6_bwd_cols_kernel<N><<<(unsigned)(blocks * (N * N / 1024)), kColThreads, 0, s>>>(p);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
-    rwkv6_bwd_rows_kernel<N><<<(unsigned)blocks, 4 * N, 0, s>>>(p);
+    rwkv6_bwd_rows_kernel<N><<<(unsigned)blocks, 2 * N, 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 
