@@ -14,11 +14,12 @@
  * element and nothing on the recurrence's chain crosses threads; only the output sums do.
  *
  * ------------------------------------------------------------------------------ ROW SCAN
- * One block of 4N threads per (sequence, head): thread (i, q) owns row i, columns
- * 4 (q + 4 m) + e (m < N / 16, e < 4: interleaved float4 chunks, so the quarter rows of a warp
- * read one contiguous 64-byte span of shared memory). Tokens are staged kTC at a time in shared
- * memory; the next chunk's global loads are issued before the current chunk is computed.
- * Per token: the quarter-row dot product, two shuffles, the element updates.
+ * One block of 4N threads per (sequence, head): thread (p, q), q < kLanes = 8, owns rows 2p and
+ * 2p + 1, columns 4 (q + 8 m) + e (m < N / 32, e < 4: interleaved float4 chunks, so the eight
+ * lanes of a row pair read one contiguous 128-byte span of shared memory, and each chunk read
+ * serves two rows). Tokens are staged kTC at a time in shared memory; the next chunk's global
+ * loads are issued before the current chunk is computed. Per token: two partial row dot
+ * products, three xor-shuffle levels each, the element updates.
  *   forward:  A = r, B = k, V = v, out = y;  state_in -> state_out.
  *   backward, the same scan walked from the last token to the first: with G = dL/dS after
  *   token t (G = dstate_out after the last one),
@@ -58,6 +59,8 @@ using elem::min64;
 using elem::store;
 
 constexpr int kTC = 16;          /* row scan: tokens staged per chunk */
+constexpr int kLanes = 8;        /* row scan: lanes per row pair (N / 8 columns each) */
+constexpr int kRowThreadsPerN = kLanes / 2; /* row scan: threads per block = 4 N */
 constexpr int kColThreads = 128; /* column scan: threads per block */
 constexpr int kRS = 8;           /* column scan: rows per thread */
 constexpr unsigned kFull = 0xffffffffu;
@@ -75,9 +78,9 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
                                          const DevView& V, const DevView& U, const DevView& out,
                                          const DevView& sin, const DevView& sout, int form, int H,
                                          int64_t T, const SeqInfo& seqi) {
-    constexpr int NT = 2 * N;          /* threads: 4 per row pair */
-    constexpr int NQ = N / 16;         /* float4 column chunks per thread */
-    constexpr int PER = kTC * N / NT;  /* loads per tensor per thread (8) */
+    constexpr int NT = kRowThreadsPerN * N; /* threads: kLanes per row pair */
+    constexpr int NQ = N / (4 * kLanes);    /* float4 column chunks per thread */
+    constexpr int PER = kTC * N / NT;       /* loads per tensor per thread (4) */
     __shared__ __align__(16) float sA[kTC][N];
     __shared__ __align__(16) float sB[kTC][N];
     __shared__ __align__(16) float sD[kTC][N];
@@ -86,7 +89,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
     __shared__ float su[N];
     __shared__ float sruk[kTC];
     const int tid = threadIdx.x;
-    const int i = 2 * (tid >> 2), q = tid & 3; /* rows i, i + 1 */
+    const int i = 2 * (tid / kLanes), q = tid % kLanes; /* rows i, i + 1 */
     const int64_t local = blockIdx.x / H, h = blockIdx.x % H;
     const elem::Seq sq = elem::seq_of(seqi, local, T);
     const int64_t len = sq.t1 - sq.t0;
@@ -100,7 +103,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
             for (int m = 0; m < NQ; ++m)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    S[rr][4 * m + e] = sp[st_off(sin, sq.s, h, i + rr, 4 * (q + 4 * m) + e)];
+                    S[rr][4 * m + e] = sp[st_off(sin, sq.s, h, i + rr, 4 * (q + kLanes * m) + e)];
     } else {
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr)
@@ -109,14 +112,15 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
     }
     if (tid < N) su[tid] = load(U, h * U.s[2] + tid * U.s[3]);
 
-    /* staging: element e of a tensor for this thread is token slot x0 + 2 e, column col */
+    /* staging: element e of a tensor for this thread is token slot x0 + XS e, column col */
+    constexpr int XS = NT / N;
     const int x0 = tid / N, col = tid % N;
     float pa[PER], pb[PER], pw[PER], pv[PER];
     auto token_of = [&](int64_t idx) { return BWD ? sq.t1 - 1 - idx : sq.t0 + idx; };
     auto fetch = [&](int64_t c) {
 #pragma unroll
         for (int e = 0; e < PER; ++e) {
-            const int64_t t = token_of(min64(c * kTC + x0 + 2 * e, len - 1)); /* clamped: no branch */
+            const int64_t t = token_of(min64(c * kTC + x0 + XS * e, len - 1)); /* clamped: no branch */
             pa[e] = load(A, tok(A, sq.batch, t, h, col));
             pb[e] = load(B, tok(B, sq.batch, t, h, col));
             pw[e] = load(W, tok(W, sq.batch, t, h, col));
@@ -129,7 +133,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
         float y0 = 0.0f, y1 = 0.0f, z0 = 0.0f, z1 = 0.0f;
 #pragma unroll
         for (int m = 0; m < NQ; ++m) {
-            const int j = 4 * (q + 4 * m);
+            const int j = 4 * (q + kLanes * m);
             const float4 a = *reinterpret_cast<const float4*>(&sA[x][j]);
             const float4 b = *reinterpret_cast<const float4*>(&sB[x][j]);
             const float4 d = *reinterpret_cast<const float4*>(&sD[x][j]);
@@ -153,10 +157,11 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
             t[3] = fmaf(t[3], d.w, vi.y * b.w);
         }
         float y = y0 + y1, z = z0 + z1;
-        y += __shfl_xor_sync(kFull, y, 1);
-        z += __shfl_xor_sync(kFull, z, 1);
-        y += __shfl_xor_sync(kFull, y, 2);
-        z += __shfl_xor_sync(kFull, z, 2);
+#pragma unroll
+        for (int o = 1; o < kLanes; o <<= 1) {
+            y += __shfl_xor_sync(kFull, y, o);
+            z += __shfl_xor_sync(kFull, z, o);
+        }
         if (q == 0) {
             const float rk = sruk[x];
             *reinterpret_cast<float2*>(&sY[x][i]) = make_float2(fmaf(vi.x, rk, y), fmaf(vi.y, rk, z));
@@ -169,7 +174,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
         __syncthreads(); /* the previous chunk's readers are done */
 #pragma unroll
         for (int e = 0; e < PER; ++e) {
-            const int x = x0 + 2 * e;
+            const int x = x0 + XS * e;
             float ddw;
             sA[x][col] = pa[e];
             sB[x][col] = pb[e];
@@ -203,7 +208,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
         if (out.data) {
 #pragma unroll
             for (int e = 0; e < PER; ++e) {
-                const int x = x0 + 2 * e;
+                const int x = x0 + XS * e;
                 if (x < n) store(out, tok(out, sq.batch, token_of(c * kTC + x), h, col), sY[x][col]);
             }
         }
@@ -216,23 +221,23 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
             for (int m = 0; m < NQ; ++m)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    sp[st_off(sout, sq.s, h, i + rr, 4 * (q + 4 * m) + e)] = S[rr][4 * m + e];
+                    sp[st_off(sout, sq.s, h, i + rr, 4 * (q + kLanes * m) + e)] = S[rr][4 * m + e];
     }
 }
 
 template <int N>
-__global__ void __launch_bounds__(2 * N) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
+__global__ void __launch_bounds__(kRowThreadsPerN * N, 1) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
     row_scan<N, false>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq);
 }
 
 template <int N>
-__global__ void __launch_bounds__(2 * N) rwkv6_bwd_rows_kernel(const Rwkv6BwdParams p) {
+__global__ void __launch_bounds__(kRowThreadsPerN * N, 1) rwkv6_bwd_rows_kernel(const Rwkv6BwdParams p) {
     row_scan<N, true>(p.k, p.r, p.w, p.dy, p.u, p.dv, p.dstate_out, p.dstate_in, p.form, p.H, p.T, p.seq);
 }
 
 /* The column scan (see the top). */
 template <int N>
-__global__ void __launch_bounds__(kColThreads) rwkv6_bwd_cols_kernel(const Rwkv6BwdParams p) {
+__global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rwkv6BwdParams p) {
     constexpr int K = kRwkv6SegK;
     constexpr int RG = N / kRS;             /* threads per column */
     constexpr int CB = kColThreads / RG;    /* columns per block */
@@ -455,7 +460,7 @@ __global__ void rwkv6_reduce_kernel(const float* part, DevView du, int64_t S, in
 
 template <int N>
 int launch_fwd(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
-    rwkv6_forward_kernel<N><<<(unsigned)blocks, 2 * N, 0, s>>>(p);
+    rwkv6_forward_kernel<N><<<(unsigned)blocks, kRowThreadsPerN * N, 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 template <int N>
@@ -464,7 +469,7 @@ int launch_bwd(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
     rwkv6_bwd_cols_kernel<N><<<(unsigned)(blocks * (N * N / 1024)), kColThreads, 0, s>>>(p);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
-    rwkv6_bwd_rows_kernel<N><<<(unsigned)blocks, 2 * N, 0, s>>>(p);
+    rwkv6_bwd_rows_kernel<N><<<(unsigned)blocks, kRowThreadsPerN * N, 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 
