@@ -14,12 +14,13 @@
  * element and nothing on the recurrence's chain crosses threads; only the output sums do.
  *
  * ------------------------------------------------------------------------------ ROW SCAN
- * One block of 4N threads per (sequence, head): thread (p, q), q < kLanes = 8, owns rows 2p and
- * 2p + 1, columns 4 (q + 8 m) + e (m < N / 32, e < 4: interleaved float4 chunks, so the eight
- * lanes of a row pair read one contiguous 128-byte span of shared memory, and each chunk read
- * serves two rows). Tokens are staged kTC at a time in shared memory; the next chunk's global
- * loads are issued before the current chunk is computed. Per token: two partial row dot
- * products, three xor-shuffle levels each, the element updates.
+ * One block of 2N threads per (sequence, head): thread (p, q), q < kLanes = 8, owns rows 4p ..
+ * 4p + 3, columns 4 (q + 8 m) + e (m < N / 32, e < 4: interleaved float4 chunks, so the eight
+ * lanes of a row group read one contiguous 128-byte span of shared memory, and each chunk read
+ * serves four rows: shared-memory bandwidth, not FMA issue, bounds this loop). Tokens are
+ * staged kTC at a time in shared memory; the next chunk's global loads are issued before the
+ * current chunk is computed. Per token: four partial row dot products, reduced over the 8
+ * lanes by a reduce-scatter (4 shuffles), the element updates.
  *   forward:  A = r, B = k, V = v, out = y;  state_in -> state_out.
  *   backward, the same scan walked from the last token to the first: with G = dL/dS after
  *   token t (G = dstate_out after the last one),
@@ -32,7 +33,8 @@
  *     dk[j] = sum_i G[i][j] v[i]  + r[j] u[j] dyv,       dyv = sum_i dy[i] v[i]
  *     dd[j] = sum_i G[i][j] Sp[i][j];  dw[j] = dd[j] d decay / d w;  du[j] += r[j] k[j] dyv
  * Thread (j, g) owns column j, rows 4 (g + RG c) + e (c < 2, e < 4), RG = N / 8 threads per
- * column on adjacent lanes (the column sums: log2 RG xor-shuffles); blocks of 128 threads hold
+ * column on adjacent lanes (the three column sums: one reduce-scatter, log2 RG + 1 shuffles);
+ * blocks of 128 threads hold
  * 1024 / N columns, N^2 / 1024 blocks per (sequence, head). K = kRwkv6SegK = 8 tokens per
  * segment (8 K = 64 replay registers; 16 doubled the registers and halved the occupancy):
  *   A. run the forward (column form) from state_in, storing the state before each segment in
@@ -59,8 +61,9 @@ using elem::min64;
 using elem::store;
 
 constexpr int kTC = 16;          /* row scan: tokens staged per chunk */
-constexpr int kLanes = 8;        /* row scan: lanes per row pair (N / 8 columns each) */
-constexpr int kRowThreadsPerN = kLanes / 2; /* row scan: threads per block = 4 N */
+constexpr int kLanes = 8;        /* row scan: lanes per row group (N / 8 columns each) */
+constexpr int kRows = 4;         /* row scan: rows per thread (each shared-memory read serves 4) */
+constexpr int kRowThreadsPerN = kLanes / kRows; /* row scan: threads per block = 2 N */
 constexpr int kColThreads = 128; /* column scan: threads per block */
 constexpr int kRS = 8;           /* column scan: rows per thread */
 constexpr unsigned kFull = 0xffffffffu;
@@ -78,9 +81,10 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
                                          const DevView& V, const DevView& U, const DevView& out,
                                          const DevView& sin, const DevView& sout, int form, int H,
                                          int64_t T, const SeqInfo& seqi) {
-    constexpr int NT = kRowThreadsPerN * N; /* threads: kLanes per row pair */
+    constexpr int NT = kRowThreadsPerN * N; /* threads: kLanes per row group */
     constexpr int NQ = N / (4 * kLanes);    /* float4 column chunks per thread */
-    constexpr int PER = kTC * N / NT;       /* loads per tensor per thread (4) */
+    constexpr int PER = kTC * N / NT;       /* loads per tensor per thread (8) */
+    static_assert(kRows == 4 && kLanes == 8, "the reduce-scatter below is written for 4 rows over 8 lanes");
     __shared__ __align__(16) float sA[kTC][N];
     __shared__ __align__(16) float sB[kTC][N];
     __shared__ __align__(16) float sD[kTC][N];
@@ -89,16 +93,16 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
     __shared__ float su[N];
     __shared__ float sruk[kTC];
     const int tid = threadIdx.x;
-    const int i = 2 * (tid / kLanes), q = tid % kLanes; /* rows i, i + 1 */
+    const int i = kRows * (tid / kLanes), q = tid % kLanes; /* rows i .. i + 3 */
     const int64_t local = blockIdx.x / H, h = blockIdx.x % H;
     const elem::Seq sq = elem::seq_of(seqi, local, T);
     const int64_t len = sq.t1 - sq.t0;
 
-    float S[2][4 * NQ];
+    float S[kRows][4 * NQ];
     if (sin.data) {
         const float* sp = reinterpret_cast<const float*>(sin.data);
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr)
+        for (int rr = 0; rr < kRows; ++rr)
 #pragma unroll
             for (int m = 0; m < NQ; ++m)
 #pragma unroll
@@ -106,7 +110,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
                     S[rr][4 * m + e] = sp[st_off(sin, sq.s, h, i + rr, 4 * (q + kLanes * m) + e)];
     } else {
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr)
+        for (int rr = 0; rr < kRows; ++rr)
 #pragma unroll
             for (int x = 0; x < 4 * NQ; ++x) S[rr][x] = 0.0f;
     }
@@ -127,44 +131,46 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
             pv[e] = load(V, tok(V, sq.batch, t, h, col));
         }
     };
-    /* one token: two quarter-row dot products, two shuffles each, the element updates */
+    /* one token: four partial row dot products (a reduce-scatter over the 8 lanes: 4 shuffles,
+     * after which lane q holds row 2 (q >> 2 & 1) + (q >> 1 & 1) of the group), the updates */
+    const bool hi = (q & 4) != 0, mid = (q & 2) != 0;
+    const int mine = 2 * (int)hi + (int)mid;
     auto step = [&](int x) {
-        const float2 vi = *reinterpret_cast<const float2*>(&sV[x][i]);
-        float y0 = 0.0f, y1 = 0.0f, z0 = 0.0f, z1 = 0.0f;
+        const float4 vv = *reinterpret_cast<const float4*>(&sV[x][i]);
+        const float vi[kRows] = {vv.x, vv.y, vv.z, vv.w};
+        float acc[kRows];
+#pragma unroll
+        for (int rr = 0; rr < kRows; ++rr) acc[rr] = 0.0f;
 #pragma unroll
         for (int m = 0; m < NQ; ++m) {
             const int j = 4 * (q + kLanes * m);
             const float4 a = *reinterpret_cast<const float4*>(&sA[x][j]);
             const float4 b = *reinterpret_cast<const float4*>(&sB[x][j]);
             const float4 d = *reinterpret_cast<const float4*>(&sD[x][j]);
-            float* s = &S[0][4 * m];
-            float* t = &S[1][4 * m];
-            y0 = fmaf(s[0], a.x, y0);
-            y1 = fmaf(s[1], a.y, y1);
-            y0 = fmaf(s[2], a.z, y0);
-            y1 = fmaf(s[3], a.w, y1);
-            z0 = fmaf(t[0], a.x, z0);
-            z1 = fmaf(t[1], a.y, z1);
-            z0 = fmaf(t[2], a.z, z0);
-            z1 = fmaf(t[3], a.w, z1);
-            s[0] = fmaf(s[0], d.x, vi.x * b.x);
-            s[1] = fmaf(s[1], d.y, vi.x * b.y);
-            s[2] = fmaf(s[2], d.z, vi.x * b.z);
-            s[3] = fmaf(s[3], d.w, vi.x * b.w);
-            t[0] = fmaf(t[0], d.x, vi.y * b.x);
-            t[1] = fmaf(t[1], d.y, vi.y * b.y);
-            t[2] = fmaf(t[2], d.z, vi.y * b.z);
-            t[3] = fmaf(t[3], d.w, vi.y * b.w);
-        }
-        float y = y0 + y1, z = z0 + z1;
 #pragma unroll
-        for (int o = 1; o < kLanes; o <<= 1) {
-            y += __shfl_xor_sync(kFull, y, o);
-            z += __shfl_xor_sync(kFull, z, o);
+            for (int rr = 0; rr < kRows; ++rr) {
+                float* s = &S[rr][4 * m];
+                acc[rr] = fmaf(s[0], a.x, acc[rr]);
+                acc[rr] = fmaf(s[1], a.y, acc[rr]);
+                acc[rr] = fmaf(s[2], a.z, acc[rr]);
+                acc[rr] = fmaf(s[3], a.w, acc[rr]);
+                s[0] = fmaf(s[0], d.x, vi[rr] * b.x);
+                s[1] = fmaf(s[1], d.y, vi[rr] * b.y);
+                s[2] = fmaf(s[2], d.z, vi[rr] * b.z);
+                s[3] = fmaf(s[3], d.w, vi[rr] * b.w);
+            }
         }
-        if (q == 0) {
-            const float rk = sruk[x];
-            *reinterpret_cast<float2*>(&sY[x][i]) = make_float2(fmaf(vi.x, rk, y), fmaf(vi.y, rk, z));
+        /* lanes q and q ^ 4 swap row pairs, q and q ^ 2 single rows, q and q ^ 1 add */
+        float k0 = hi ? acc[2] : acc[0], k1 = hi ? acc[3] : acc[1];
+        const float s0 = hi ? acc[0] : acc[2], s1 = hi ? acc[1] : acc[3];
+        k0 += __shfl_xor_sync(kFull, s0, 4);
+        k1 += __shfl_xor_sync(kFull, s1, 4);
+        float y = mid ? k1 : k0;
+        y += __shfl_xor_sync(kFull, mid ? k0 : k1, 2);
+        y += __shfl_xor_sync(kFull, y, 1);
+        if ((q & 1) == 0) {
+            const float v = mine == 0 ? vi[0] : (mine == 1 ? vi[1] : (mine == 2 ? vi[2] : vi[3]));
+            sY[x][i + mine] = fmaf(v, sruk[x], y);
         }
     };
     const int64_t nch = (len + kTC - 1) / kTC;
@@ -216,7 +222,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
     if (sout.data) {
         float* sp = reinterpret_cast<float*>(sout.data);
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr)
+        for (int rr = 0; rr < kRows; ++rr)
 #pragma unroll
             for (int m = 0; m < NQ; ++m)
 #pragma unroll
@@ -268,6 +274,10 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
                                            (size_t)cb * (size_t)nseg * 1024u);
     if (tid < CB) su[tid] = load(p.u, h * p.u.s[2] + (int64_t)(cb * CB + tid) * p.u.s[3]);
     auto row = [&](int c, int e) { return 4 * (rg + RG * c) + e; };
+    /* the reduce-scatter's roles (see the sweep) */
+    const bool hiC = (rg & (RG / 2)) != 0, midC = (rg & (RG / 4)) != 0;
+    const int mineC = 2 * (int)hiC + (int)midC;                  /* 0 dr, 1 dk, 2 dd, 3 none */
+    const bool lead = (rg & (RG / 4 - 1)) == 0 && mineC < 3;    /* one writer per sum */
 
     /* staging (element e: v / dy slot xv + (128 / N) e, row rv; r / k / w slot xc + XC e,
      * column cc; slots past K (N = 128) are loaded clamped and dropped) */
@@ -413,18 +423,22 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
                 dr = fmaf(sp, dy[e], dr);
                 G[e] = fmaf(gg, qv.z, dy[e] * qv.x);
             }
+            /* reduce-scatter of (dr, dk, dd, -) over the column's RG lanes: lanes g and g ^ RG/2
+             * swap pairs, g and g ^ RG/4 single values, the remaining levels add; lane g then
+             * holds sum number `mine` (log2 RG + 1 shuffles instead of 3 log2 RG) */
+            float k0 = hiC ? dd : dr, k1 = hiC ? 0.0f : dk;
+            const float s0 = hiC ? dr : dd, s1 = hiC ? dk : 0.0f;
+            k0 += __shfl_xor_sync(kFull, s0, RG / 2);
+            k1 += __shfl_xor_sync(kFull, s1, RG / 2);
+            float sum = midC ? k1 : k0;
+            sum += __shfl_xor_sync(kFull, midC ? k0 : k1, RG / 4);
 #pragma unroll
-            for (int o = 1; o < RG; o <<= 1) {
-                dr += __shfl_xor_sync(kFull, dr, o);
-                dk += __shfl_xor_sync(kFull, dk, o);
-                dd += __shfl_xor_sync(kFull, dd, o);
-            }
+            for (int o = RG / 8; o >= 1; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
             const float dyv = sdyv[x], uj = su[cl];
             du_acc = fmaf(qv.x * qv.y, dyv, du_acc);
-            if (rg == 0) {
-                sO[0][x][cl] = fmaf(uj * qv.y, dyv, dr);
-                sO[1][x][cl] = fmaf(qv.x * uj, dyv, dk);
-                sO[2][x][cl] = dd * qv.w;
+            if (lead) {
+                const float add = mineC == 0 ? uj * qv.y : qv.x * uj;
+                sO[mineC][x][cl] = mineC == 2 ? sum * qv.w : fmaf(add, dyv, sum);
             }
         };
         if (m == K) { /* a whole segment: straight-line code, tokens can overlap */
