@@ -14,13 +14,14 @@
  * element and nothing on the recurrence's chain crosses threads; only the output sums do.
  *
  * ------------------------------------------------------------------------------ ROW SCAN
- * One block of 2N threads per (sequence, head): thread (p, q), q < kLanes = 8, owns rows 4p ..
- * 4p + 3, columns 4 (q + 8 m) + e (m < N / 32, e < 4: interleaved float4 chunks, so the eight
- * lanes of a row group read one contiguous 128-byte span of shared memory, and each chunk read
- * serves four rows: shared-memory bandwidth, not FMA issue, bounds this loop). Tokens are
- * staged kTC at a time in shared memory; the next chunk's global loads are issued before the
- * current chunk is computed. Per token: four partial row dot products, reduced over the 8
- * lanes by a reduce-scatter (4 shuffles), the element updates.
+ * One block of N^2 / 16 threads per (sequence, head): thread (p, q), q < L = N / 4, owns rows
+ * 4p .. 4p + 3 and columns 4q .. 4q + 3 (the L lanes of a row group read one contiguous span
+ * of shared memory per operand, and each float4 read serves four rows). Tokens are staged kTC
+ * at a time in shared memory; the next chunk's global loads are issued before the current
+ * chunk is computed. Per token: four partial row dot products, reduced over the L lanes by a
+ * reduce-scatter (log2 L + 1 shuffles), the element updates. (Shared-memory bandwidth, not
+ * FMA issue, bounded the 2-row version; the 4-row one with 8 lanes halved the reads but left
+ * 8 warps per SM and was latency-bound: see NOTES.md.)
  *   forward:  A = r, B = k, V = v, out = y;  state_in -> state_out.
  *   backward, the same scan walked from the last token to the first: with G = dL/dS after
  *   token t (G = dstate_out after the last one),
@@ -33,8 +34,7 @@
  *     dk[j] = sum_i G[i][j] v[i]  + r[j] u[j] dyv,       dyv = sum_i dy[i] v[i]
  *     dd[j] = sum_i G[i][j] Sp[i][j];  dw[j] = dd[j] d decay / d w;  du[j] += r[j] k[j] dyv
  * Thread (j, g) owns column j, rows 4 (g + RG c) + e (c < 2, e < 4), RG = N / 8 threads per
- * column on adjacent lanes (the three column sums: one reduce-scatter, log2 RG + 1 shuffles);
- * blocks of 128 threads hold
+ * column on adjacent lanes (the column sums: log2 RG xor-shuffles); blocks of 128 threads hold
  * 1024 / N columns, N^2 / 1024 blocks per (sequence, head). K = kRwkv6SegK = 8 tokens per
  * segment (8 K = 64 replay registers; 16 doubled the registers and halved the occupancy):
  *   A. run the forward (column form) from state_in, storing the state before each segment in
@@ -61,9 +61,10 @@ using elem::min64;
 using elem::store;
 
 constexpr int kTC = 16;          /* row scan: tokens staged per chunk */
-constexpr int kLanes = 8;        /* row scan: lanes per row group (N / 8 columns each) */
-constexpr int kRows = 4;         /* row scan: rows per thread (each shared-memory read serves 4) */
-constexpr int kRowThreadsPerN = kLanes / kRows; /* row scan: threads per block = 2 N */
+/* row scan: a thread owns 4 rows x 4 columns; the N / 4 lanes of a row group sit in one warp
+ * (N <= 128), so a block has N^2 / 16 threads */
+__host__ __device__ constexpr int row_lanes(int N) { return N / 4; }
+__host__ __device__ constexpr int row_threads(int N) { return N * N / 16; }
 constexpr int kColThreads = 128; /* column scan: threads per block */
 constexpr int kRS = 8;           /* column scan: rows per thread */
 constexpr unsigned kFull = 0xffffffffu;
@@ -81,10 +82,12 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
                                          const DevView& V, const DevView& U, const DevView& out,
                                          const DevView& sin, const DevView& sout, int form, int H,
                                          int64_t T, const SeqInfo& seqi) {
-    constexpr int NT = kRowThreadsPerN * N; /* threads: kLanes per row group */
-    constexpr int NQ = N / (4 * kLanes);    /* float4 column chunks per thread */
-    constexpr int PER = kTC * N / NT;       /* loads per tensor per thread (8) */
-    static_assert(kRows == 4 && kLanes == 8, "the reduce-scatter below is written for 4 rows over 8 lanes");
+    constexpr int kRows = 4;                /* rows per thread */
+    constexpr int kLanes = row_lanes(N);    /* lanes per row group: 8, 16, 32 */
+    constexpr int NT = row_threads(N);      /* threads */
+    constexpr int NQ = N / (4 * kLanes);    /* float4 column chunks per thread (1) */
+    constexpr int PER = kTC * N / NT;       /* loads per tensor per thread (256 / N) */
+    static_assert(NQ == 1 && kLanes >= 8 && kLanes <= 32 && PER * NT == kTC * N, "row tile");
     __shared__ __align__(16) float sA[kTC][N];
     __shared__ __align__(16) float sB[kTC][N];
     __shared__ __align__(16) float sD[kTC][N];
@@ -131,10 +134,13 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
             pv[e] = load(V, tok(V, sq.batch, t, h, col));
         }
     };
-    /* one token: four partial row dot products (a reduce-scatter over the 8 lanes: 4 shuffles,
-     * after which lane q holds row 2 (q >> 2 & 1) + (q >> 1 & 1) of the group), the updates */
-    const bool hi = (q & 4) != 0, mid = (q & 2) != 0;
+    /* one token: four partial row dot products, reduced over the kLanes lanes by a
+     * reduce-scatter (lanes q and q ^ L/2 swap row pairs, q and q ^ L/4 single rows, the
+     * remaining levels add: log2 L + 1 shuffles instead of 4 log2 L), after which lane q holds
+     * row `mine` of the group; then the element updates */
+    const bool hi = (q & (kLanes / 2)) != 0, mid = (q & (kLanes / 4)) != 0;
     const int mine = 2 * (int)hi + (int)mid;
+    const bool writer = (q & (kLanes / 4 - 1)) == 0;
     auto step = [&](int x) {
         const float4 vv = *reinterpret_cast<const float4*>(&sV[x][i]);
         const float vi[kRows] = {vv.x, vv.y, vv.z, vv.w};
@@ -160,15 +166,15 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
                 s[3] = fmaf(s[3], d.w, vi[rr] * b.w);
             }
         }
-        /* lanes q and q ^ 4 swap row pairs, q and q ^ 2 single rows, q and q ^ 1 add */
         float k0 = hi ? acc[2] : acc[0], k1 = hi ? acc[3] : acc[1];
         const float s0 = hi ? acc[0] : acc[2], s1 = hi ? acc[1] : acc[3];
-        k0 += __shfl_xor_sync(kFull, s0, 4);
-        k1 += __shfl_xor_sync(kFull, s1, 4);
+        k0 += __shfl_xor_sync(kFull, s0, kLanes / 2);
+        k1 += __shfl_xor_sync(kFull, s1, kLanes / 2);
         float y = mid ? k1 : k0;
-        y += __shfl_xor_sync(kFull, mid ? k0 : k1, 2);
-        y += __shfl_xor_sync(kFull, y, 1);
-        if ((q & 1) == 0) {
+        y += __shfl_xor_sync(kFull, mid ? k0 : k1, kLanes / 4);
+#pragma unroll
+        for (int o = kLanes / 8; o >= 1; o >>= 1) y += __shfl_xor_sync(kFull, y, o);
+        if (writer) {
             const float v = mine == 0 ? vi[0] : (mine == 1 ? vi[1] : (mine == 2 ? vi[2] : vi[3]));
             sY[x][i + mine] = fmaf(v, sruk[x], y);
         }
@@ -232,12 +238,12 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
 }
 
 template <int N>
-__global__ void __launch_bounds__(kRowThreadsPerN * N, 1) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
+__global__ void __launch_bounds__(row_threads(N), 1) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
     row_scan<N, false>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq);
 }
 
 template <int N>
-__global__ void __launch_bounds__(kRowThreadsPerN * N, 1) rwkv6_bwd_rows_kernel(const Rwkv6BwdParams p) {
+__global__ void __launch_bounds__(row_threads(N), 1) rwkv6_bwd_rows_kernel(const Rwkv6BwdParams p) {
     row_scan<N, true>(p.k, p.r, p.w, p.dy, p.u, p.dv, p.dstate_out, p.dstate_in, p.form, p.H, p.T, p.seq);
 }
 
@@ -274,10 +280,6 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
                                            (size_t)cb * (size_t)nseg * 1024u);
     if (tid < CB) su[tid] = load(p.u, h * p.u.s[2] + (int64_t)(cb * CB + tid) * p.u.s[3]);
     auto row = [&](int c, int e) { return 4 * (rg + RG * c) + e; };
-    /* the reduce-scatter's roles (see the sweep) */
-    const bool hiC = (rg & (RG / 2)) != 0, midC = (rg & (RG / 4)) != 0;
-    const int mineC = 2 * (int)hiC + (int)midC;                  /* 0 dr, 1 dk, 2 dd, 3 none */
-    const bool lead = (rg & (RG / 4 - 1)) == 0 && mineC < 3;    /* one writer per sum */
 
     /* staging (element e: v / dy slot xv + (128 / N) e, row rv; r / k / w slot xc + XC e,
      * column cc; slots past K (N = 128) are loaded clamped and dropped) */
@@ -423,22 +425,18 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
                 dr = fmaf(sp, dy[e], dr);
                 G[e] = fmaf(gg, qv.z, dy[e] * qv.x);
             }
-            /* reduce-scatter of (dr, dk, dd, -) over the column's RG lanes: lanes g and g ^ RG/2
-             * swap pairs, g and g ^ RG/4 single values, the remaining levels add; lane g then
-             * holds sum number `mine` (log2 RG + 1 shuffles instead of 3 log2 RG) */
-            float k0 = hiC ? dd : dr, k1 = hiC ? 0.0f : dk;
-            const float s0 = hiC ? dr : dd, s1 = hiC ? dk : 0.0f;
-            k0 += __shfl_xor_sync(kFull, s0, RG / 2);
-            k1 += __shfl_xor_sync(kFull, s1, RG / 2);
-            float sum = midC ? k1 : k0;
-            sum += __shfl_xor_sync(kFull, midC ? k0 : k1, RG / 4);
 #pragma unroll
-            for (int o = RG / 8; o >= 1; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
+            for (int o = 1; o < RG; o <<= 1) {
+                dr += __shfl_xor_sync(kFull, dr, o);
+                dk += __shfl_xor_sync(kFull, dk, o);
+                dd += __shfl_xor_sync(kFull, dd, o);
+            }
             const float dyv = sdyv[x], uj = su[cl];
             du_acc = fmaf(qv.x * qv.y, dyv, du_acc);
-            if (lead) {
-                const float add = mineC == 0 ? uj * qv.y : qv.x * uj;
-                sO[mineC][x][cl] = mineC == 2 ? sum * qv.w : fmaf(add, dyv, sum);
+            if (rg == 0) {
+                sO[0][x][cl] = fmaf(uj * qv.y, dyv, dr);
+                sO[1][x][cl] = fmaf(qv.x * uj, dyv, dk);
+                sO[2][x][cl] = dd * qv.w;
             }
         };
         if (m == K) { /* a whole segment: straight-line code, tokens can overlap */
@@ -474,7 +472,7 @@ __global__ void rwkv6_reduce_kernel(const float* part, DevView du, int64_t S, in
 
 template <int N>
 int launch_fwd(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
-    rwkv6_forward_kernel<N><<<(unsigned)blocks, kRowThreadsPerN * N, 0, s>>>(p);
+    rwkv6_forward_kernel<N><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 template <int N>
@@ -483,7 +481,7 @@ int launch_bwd(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
     rwkv6_bwd_cols_kernel<N><<<(unsigned)(blocks * (N * N / 1024)), kColThreads, 0, s>>>(p);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
-    rwkv6_bwd_rows_kernel<N><<<(unsigned)blocks, kRowThreadsPerN * N, 0, s>>>(p);
+    rwkv6_bwd_rows_kernel<N><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 
