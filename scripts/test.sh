@@ -5,8 +5,10 @@
 # stress test, the exported-symbol and ABI checks).
 #
 # Reliability checks, each in its own build directory:
-#   asan      wkv_tests and wkv_plugin_tests under ASan + UBSan (halt on the first report), and
-#             the Python suite against the ASan libwkv with the ASan runtime preloaded
+#   asan      wkv_tests and wkv_plugin_tests (the fault-injection cases included: the preset is a
+#             Debug build, WKV_FAULT_INJECTION on) under ASan + UBSan (halt on the first report,
+#             leaks included), and the Python suite against the ASan libwkv with the ASan runtime
+#             preloaded
 #   tsan      the threading stress test (tests/stress) under ThreadSanitizer
 #   valgrind  memcheck over the CPU doctest suite's validation and op-level cases
 #   fuzz      the three libFuzzer harnesses at once, WKV_FUZZ_SECONDS (default 50) each, from the
@@ -17,7 +19,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
+# The build CI tests has fault injection compiled in (src/fault.h, WKV_FAULT): the release
+# ctest, valgrind and the Vulkan suite run the fault tests; a default Release build leaves it out.
+scripts/build.sh -DWKV_FAULT_INJECTION=ON
 
 skip=" ${WKV_TEST_SKIP:-} "
 t0=$(date +%s)
@@ -41,7 +45,7 @@ join() {  # waits for the background step, prints its output, fails with it
 }
 
 asan_tests() {
-  ctest --preset asan -R '^(wkv_tests|wkv_plugin_tests)$'
+  ctest --preset asan -R '^(wkv_tests|wkv_plugin_tests|wkv_plugin_tests_no_driver)$'
   echo "-- the Python suite against build-asan/libwkv.so, libasan preloaded"
   local libasan
   libasan=$(gcc -print-file-name=libasan.so)
@@ -53,13 +57,16 @@ asan_tests() {
 
 valgrind_tests() {
   # The whole CPU suite under memcheck takes too long for CI (the random and golden sweeps, the
-  # safetensors reader's malformed-file sweep); these 25 cases cover every entry point, every
-  # failure path, and each op forward + backward with states, packing and strides.
+  # safetensors reader's malformed-file sweep); these cases cover every entry point, every
+  # failure path (the injected faults too), and each op forward + backward with states,
+  # packing and strides.
   local cases='bad*,*valid fixture*,overflowing*,aliasing*,in-place*,*struct is accepted*,null context*'
   cases+=',wkv_context_synchronize*,status strings*,failures are silent*,*busy context*'
   cases+=',rwkv4: packed*,rwkv6: packed*,rwkv7 random: packed*,rwkv7 random: strided*'
   cases+=',rwkv4: bad inputs*,rwkv6: bad inputs*,rwkv7 random: key-major*,rwkv7 random: in-place*'
   cases+=',golden: files that are valid*'
+  # fault injection: every allocation and device-lost point, a lost context's calls, destroy
+  cases+=',fault*'
   # glibc 2.36's ld.so reads a word past a short RPATH string while dlopen loads a GPU plugin
   # (libwkv_cuda.so, when nvcc built it): not libwkv's, and Debian's suppressions miss it.
   cat >"$logs/valgrind-ldso.supp" <<'SUPP'

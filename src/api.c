@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "fault.h"
 #include "message.h"
 #include "registry.h"
 #include "thread_pool.h"
@@ -24,7 +25,8 @@ struct wkv_context {
     void* log_user_data;
     wkv_log_level log_level;
     atomic_int busy;
-    int lost; /* the device failed: only destroy is allowed */
+    atomic_int lost; /* the device failed: only destroy is allowed (wkv_context_health reads it) */
+    wkv_fault_plan* fault; /* WKV_FAULT's plan (fault.h), NULL without one */
     char last_error[sizeof(((wkv_message*)0)->text) + 64];
     /* device buffers: the live wkv_buffer objects of this context, sorted by address */
     wkv_buffer** buffers;
@@ -65,7 +67,7 @@ static wkv_status finish(wkv_context* ctx, const char* fn, wkv_status st, const 
         ctx->last_error[0] = '\0';
         return st;
     }
-    if (st == WKV_ERROR_DEVICE_LOST) ctx->lost = 1;
+    if (st == WKV_ERROR_DEVICE_LOST) atomic_store(&ctx->lost, 1);
     snprintf(ctx->last_error, sizeof ctx->last_error, "%s: %s", fn,
              msg->text[0] ? msg->text : wkv_status_string(st));
     emit_log(ctx->log, ctx->log_user_data, ctx->log_level, WKV_LOG_ERROR, "%s", ctx->last_error);
@@ -79,7 +81,7 @@ static wkv_status enter(wkv_context* ctx, const char* fn) {
         return fail_free(WKV_ERROR_BUSY,
                          "%s: another call is running on this context (a context is externally "
                          "synchronised; use one context per thread)", fn);
-    if (ctx->lost) {
+    if (atomic_load(&ctx->lost)) {
         atomic_store(&ctx->busy, 0);
         wkv_message m;
         snprintf(m.text, sizeof m.text, "the device was lost earlier; destroy this context");
@@ -205,8 +207,23 @@ static wkv_status context_create(const wkv_context_options* options, const void*
         return st;
     }
 
-    wkv_context* ctx = (wkv_context*)calloc(1, sizeof *ctx);
-    if (!ctx) return fail_free(WKV_ERROR_OUT_OF_MEMORY, "wkv_context_create: out of memory");
+    /* WKV_FAULT (fault.h): the context's plan, handed to its backend with the create args. */
+    wkv_fault_plan* fault = NULL;
+    char fault_err[256];
+    if ((st = wkv_fault_plan_create(&fault, fault_err, sizeof fault_err)))
+        return fail_free(st, "wkv_context_create: WKV_FAULT=%s: %s", getenv("WKV_FAULT"), fault_err);
+    if (!wkv_fault_compiled_in() && getenv("WKV_FAULT") && *getenv("WKV_FAULT"))
+        emit_log(o.log, o.log_user_data, o.log_level, WKV_LOG_WARN,
+                 "WKV_FAULT is set, but this libwkv was built without fault injection "
+                 "(WKV_FAULT_INJECTION=OFF): ignored");
+
+    wkv_context* ctx = wkv_fault_check(fault, WKV_FAULT_OOM, "context") ? NULL
+                                                                        : (wkv_context*)calloc(1, sizeof *ctx);
+    if (!ctx) {
+        wkv_fault_plan_destroy(fault);
+        return fail_free(WKV_ERROR_OUT_OF_MEMORY, "wkv_context_create: out of memory");
+    }
+    ctx->fault = fault;
     ctx->iface = iface;
     ctx->target.backend = kind;
     ctx->target.device_index = o.device_index;
@@ -215,12 +232,15 @@ static wkv_status context_create(const wkv_context_options* options, const void*
     ctx->log_user_data = o.log_user_data;
     ctx->log_level = o.log_level;
     atomic_init(&ctx->busy, 0);
+    atomic_init(&ctx->lost, 0);
 
     wkv_backend_create_args args;
     memset(&args, 0, sizeof args);
     args.struct_size = sizeof args;
     args.device_index = o.device_index;
     args.guest = guest;
+    args.fault = fault ? wkv_fault_check : NULL;
+    args.fault_plan = fault;
     if (o.parallel_for) {
         args.parallel_for = o.parallel_for;
         args.parallel_for_user_data = o.parallel_for_user_data;
@@ -228,8 +248,10 @@ static wkv_status context_create(const wkv_context_options* options, const void*
     } else {
         /* GPU backends only use the host thread for set-up: give them a pool of one. */
         args.num_threads = kind == WKV_BACKEND_CPU ? (o.cpu_threads > 0 ? o.cpu_threads : default_threads()) : 1;
-        ctx->pool = wkv_thread_pool_create(args.num_threads);
+        ctx->pool = wkv_fault_check(fault, WKV_FAULT_OOM, "threads") ? NULL
+                                                                      : wkv_thread_pool_create(args.num_threads);
         if (!ctx->pool) {
+            wkv_fault_plan_destroy(fault);
             free(ctx);
             return fail_free(WKV_ERROR_OUT_OF_MEMORY, "wkv_context_create: cannot start %d CPU threads",
                              (int)args.num_threads);
@@ -243,6 +265,7 @@ static wkv_status context_create(const wkv_context_options* options, const void*
     st = iface->create(&args, &ctx->backend_state, &m);
     if (st) {
         wkv_thread_pool_destroy(ctx->pool);
+        wkv_fault_plan_destroy(fault);
         free(ctx);
         return fail_free(st, "wkv_context_create: backend %s: %s", wkv_backend_name(kind),
                          m.text[0] ? m.text : wkv_status_string(st));
@@ -272,7 +295,13 @@ void wkv_context_destroy(wkv_context* ctx) {
     destroy_all_buffers(ctx);
     ctx->iface->destroy(ctx->backend_state);
     wkv_thread_pool_destroy(ctx->pool);
+    wkv_fault_plan_destroy(ctx->fault);
     free(ctx);
+}
+
+wkv_status wkv_context_health(const wkv_context* ctx) {
+    if (!ctx) return WKV_ERROR_NULL_POINTER;
+    return atomic_load(&((wkv_context*)ctx)->lost) ? WKV_ERROR_DEVICE_LOST : WKV_OK;
 }
 
 wkv_backend wkv_context_backend(const wkv_context* ctx) {

@@ -11,6 +11,8 @@
 #ifndef WKV_SRC_BACKEND_H
 #define WKV_SRC_BACKEND_H
 
+#include <stddef.h>
+
 #include "wkv/wkv.h"
 
 #ifdef __cplusplus
@@ -135,6 +137,16 @@ typedef struct wkv_message {
     char text[512];
 } wkv_message;
 
+/* ---- fault injection (tests; the grammar of WKV_FAULT is in src/fault.h) ----
+ * The failure a point simulates, and the point's site name (WKV_FAULT=kind:site@n):
+ *   WKV_FAULT_OOM          "state" (a backend's per-context state), "scratch" (scratch or
+ *                          staging memory of a call), "buffer" (wkv_buffer_create's memory)
+ *   WKV_FAULT_DEVICE_LOST  "submit" (work handed to the device: a CPU op, a CUDA launch or copy,
+ *                          vkQueueSubmit), "sync" (waiting for the device: CUDA)
+ * (the core's own points: oom "context", "threads"; no_driver "cuda", "vulkan": the loader). */
+enum { WKV_FAULT_OOM = 1, WKV_FAULT_DEVICE_LOST = 2, WKV_FAULT_NO_DRIVER = 3 };
+typedef int32_t (*wkv_fault_fn)(void* plan, int32_t kind, const char* site);
+
 /* What the core offers a backend at creation. */
 typedef struct wkv_backend_create_args {
     uint32_t struct_size;
@@ -151,7 +163,44 @@ typedef struct wkv_backend_create_args {
      * calling parallel_for (the host's job system sees every call). A trailing field: read it
      * only when struct_size covers it. */
     int32_t own_pool;
+    /* Fault injection (src/fault.h; builds with WKV_FAULT_INJECTION only): the context's plan,
+     * NULL when there is none. Trailing fields: read them with wkv_fault_hook_from(). */
+    wkv_fault_fn fault;
+    void* fault_plan;
 } wkv_backend_create_args;
+
+/* A backend keeps the hook from create() for its calls and asks wkv_fault_hit() at each of its
+ * failure points; a hit means "fail here as the real failure would": return the status and
+ * message the real failure gives (allocation: WKV_ERROR_OUT_OF_MEMORY; device lost:
+ * WKV_ERROR_DEVICE_LOST, and every later call on the context fails the same way). */
+typedef struct wkv_fault_hook {
+    wkv_fault_fn fn;
+    void* plan;
+} wkv_fault_hook;
+
+static inline wkv_fault_hook wkv_fault_hook_from(const wkv_backend_create_args* a) {
+    wkv_fault_hook h;
+    h.fn = NULL;
+    h.plan = NULL;
+    if (a && a->struct_size >= offsetof(wkv_backend_create_args, fault_plan) + sizeof(void*)) {
+        h.fn = a->fault;
+        h.plan = a->fault_plan;
+    }
+    return h;
+}
+
+/* Nonzero when the point (kind, site) must fail now. A constant 0 in builds without
+ * WKV_FAULT_INJECTION, so the points cost nothing there. */
+static inline int wkv_fault_hit(const wkv_fault_hook* h, int32_t kind, const char* site) {
+#if defined(WKV_FAULT_INJECTION)
+    return h && h->fn && h->fn(h->plan, kind, site) != 0;
+#else
+    (void)h;
+    (void)kind;
+    (void)site;
+    return 0;
+#endif
+}
 
 typedef struct wkv_backend_iface {
     uint32_t abi_version; /* WKV_BACKEND_ABI_VERSION the backend was built against */

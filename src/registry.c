@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "../backends/cpu/cpu_backend.h"
+#include "fault.h"
 
 /* One generated list of backends: kind, name, plugin file (NULL = built in). */
 #define WKV_BACKEND_LIST(X)                      \
@@ -101,10 +102,13 @@ static const wkv_backend_iface* load_plugin(backend_slot* s) {
                  "plugin %s not found (searched WKV_PLUGIN_PATH and libwkv's directory)", s->plugin_file);
         return NULL;
     }
-    /* RTLD_LOCAL: a plugin's symbols (and its CUDA/Vulkan dependencies) stay its own. */
-    void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    /* RTLD_LOCAL: a plugin's symbols (and its CUDA/Vulkan dependencies) stay its own.
+     * WKV_FAULT=no_driver (fault.h) makes the load fail as a missing driver library would. */
+    const int injected = wkv_fault_process_hit(WKV_FAULT_NO_DRIVER, s->name);
+    void* handle = injected ? NULL : dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
-        const char* err = dlerror();
+        const char* err = injected ? "injected fault (WKV_FAULT=no_driver): as if its driver library were missing"
+                                   : dlerror();
         snprintf(s->reason, sizeof s->reason, "cannot load %s: %s", path, err ? err : "dlopen failed");
         return NULL;
     }

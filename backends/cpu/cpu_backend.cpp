@@ -141,7 +141,8 @@ wkv_status cpu_create(const wkv_backend_create_args* args, void** out_state, wkv
     wkv_cpu::Isa isa;
     const wkv_status isa_ok = wkv_cpu::isa_from_env(&isa, msg);
     if (isa_ok != WKV_OK) return isa_ok;
-    CpuState* st = new (std::nothrow) CpuState;
+    const wkv_fault_hook fault = wkv_fault_hook_from(args);
+    CpuState* st = wkv_fault_hit(&fault, WKV_FAULT_OOM, "state") ? nullptr : new (std::nothrow) CpuState;
     if (!st) {
         set_message(msg, "cannot allocate the backend state");
         return WKV_ERROR_OUT_OF_MEMORY;
@@ -201,7 +202,17 @@ wkv_status cpu_workspace_size(void* state, const wkv_problem* p, size_t* out_byt
     });
 }
 
+/* WKV_FAULT=device_lost:submit (src/fault.h): the CPU's stand-in for a GPU that fails when
+ * work is handed to it. Reached before anything is written. */
+bool device_lost(void* state, wkv_message* msg) noexcept {
+    const wkv_fault_hook fault = wkv_fault_hook_from(&static_cast<const BackendState*>(state)->args);
+    if (!wkv_fault_hit(&fault, WKV_FAULT_DEVICE_LOST, "submit")) return false;
+    set_message(msg, "the device was lost (injected fault: WKV_FAULT=device_lost)");
+    return true;
+}
+
 wkv_status cpu_forward(void* state, const wkv_problem* p, wkv_message* msg) {
+    if (device_lost(state, msg)) return WKV_ERROR_DEVICE_LOST;
     return guarded(msg, [&]() -> wkv_status {
         const wkv_cpu::OpDesc* op = find_op(state, p->op);
         if (!op) return unsupported_op(p, msg);
@@ -210,6 +221,7 @@ wkv_status cpu_forward(void* state, const wkv_problem* p, wkv_message* msg) {
 }
 
 wkv_status cpu_backward(void* state, const wkv_problem* p, wkv_message* msg) {
+    if (device_lost(state, msg)) return WKV_ERROR_DEVICE_LOST;
     return guarded(msg, [&]() -> wkv_status {
         const wkv_cpu::OpDesc* op = find_op(state, p->op);
         if (!op) return unsupported_op(p, msg);

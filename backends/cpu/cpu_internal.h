@@ -25,11 +25,12 @@ struct BackendState {
     ~BackendState() { std::free(scratch_mem); }
 
     /* At least `bytes` bytes of scratch (the largest asked for so far), or NULL when they
-     * cannot be allocated. Its contents are undefined. */
+     * cannot be allocated (WKV_FAULT=oom:scratch fails a growth). Its contents are undefined. */
     void* scratch(size_t bytes) const noexcept {
         if (bytes > scratch_cap) {
             std::free(scratch_mem);
-            scratch_mem = std::malloc(bytes);
+            const wkv_fault_hook fault = wkv_fault_hook_from(&args);
+            scratch_mem = wkv_fault_hit(&fault, WKV_FAULT_OOM, "scratch") ? nullptr : std::malloc(bytes);
             scratch_cap = scratch_mem ? bytes : 0;
         }
         return scratch_mem;

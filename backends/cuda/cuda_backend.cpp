@@ -85,7 +85,13 @@ struct CudaState {
     bool lost = false;
     char* scratch = nullptr; /* device scratch for staged host memory (see the top of the file) */
     size_t scratch_bytes = 0;
+    wkv_fault_hook fault{nullptr, nullptr}; /* WKV_FAULT (src/fault.h): test builds only */
 };
+
+/* WKV_FAULT's points (src/fault.h): a hit stands for the CUDA error the real failure gives. */
+bool fault_hit(const CudaState* st, int32_t kind, const char* site) {
+    return wkv_fault_hit(&st->fault, kind, site);
+}
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
@@ -264,12 +270,14 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
         set_message(msg, "device_index %d is out of range (%d CUDA device(s))", device, count);
         return WKV_ERROR_INVALID_ARGUMENT;
     }
-    CudaState* st = new (std::nothrow) CudaState;
+    const wkv_fault_hook fault = wkv_fault_hook_from(args);
+    CudaState* st = wkv_fault_hit(&fault, WKV_FAULT_OOM, "state") ? nullptr : new (std::nothrow) CudaState;
     if (!st) {
         set_message(msg, "cannot allocate the backend state");
         return WKV_ERROR_OUT_OF_MEMORY;
     }
     st->device = device;
+    st->fault = fault;
     DeviceGuard guard(device);
     if (guard.error != cudaSuccess) {
         wkv_status s = cuda_fail(nullptr, guard.error, msg, "cudaSetDevice");
@@ -551,7 +559,7 @@ wkv_status ensure_scratch(CudaState* st, size_t bytes, wkv_message* msg) {
     }
     size_t want = align_up(bytes, (size_t)1 << 20);
     void* d = nullptr;
-    cudaError_t e = cudaMalloc(&d, want);
+    cudaError_t e = fault_hit(st, WKV_FAULT_OOM, "scratch") ? cudaErrorMemoryAllocation : cudaMalloc(&d, want);
     if (e != cudaSuccess) {
         cudaGetLastError();
         set_message(msg, "cannot allocate %zu bytes of device scratch to stage host tensors: %s "
@@ -622,7 +630,8 @@ wkv_status stage_out(CudaState* st, Placement* pl, StreamDrain* drain, wkv_messa
             return cuda_fail(st, e, msg, "cudaMemcpyAsync (copying a host output back)");
         }
     }
-    const cudaError_t e = cudaStreamSynchronize(st->stream);
+    cudaError_t e = cudaStreamSynchronize(st->stream);
+    if (e == cudaSuccess && fault_hit(st, WKV_FAULT_DEVICE_LOST, "sync")) e = cudaErrorLaunchFailure;
     if (e != cudaSuccess) return cuda_fail(st, e, msg, "cudaStreamSynchronize (after a call with host tensors)");
     return WKV_OK;
 }
@@ -688,6 +697,8 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     s = stage_in(st, p, &pl, &drain, msg);
     if (s != WKV_OK) return s;
 
+    if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
+        return cuda_fail(st, cudaErrorLaunchFailure, msg, "forward launch (injected fault: WKV_FAULT=device_lost)");
     if (p->op == WKV_OP_RWKV6 || p->op == WKV_OP_RWKV4) {
         const int e = forward_rwkv64(st, p, pl);
         if (e != 0) return cuda_fail(st, (cudaError_t)e, msg,
@@ -933,6 +944,8 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     s = stage_in(st, p, &pl, &drain, msg);
     if (s != WKV_OK) return s;
     if (ws_stage) ws = pl.workspace;
+    if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
+        return cuda_fail(st, cudaErrorLaunchFailure, msg, "backward launch (injected fault: WKV_FAULT=device_lost)");
 
     if (p->op != WKV_OP_RWKV7) {
         const int e = backward_rwkv64(st, p, pl, ws);
@@ -1002,7 +1015,7 @@ wkv_status cuda_buffer_create(void* state, uint64_t bytes, void** out_buffer, wk
     DeviceGuard guard(st->device);
     if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
     void* d = nullptr;
-    cudaError_t e = cudaMalloc(&d, (size_t)bytes);
+    cudaError_t e = fault_hit(st, WKV_FAULT_OOM, "buffer") ? cudaErrorMemoryAllocation : cudaMalloc(&d, (size_t)bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
         set_message(msg, "cudaMalloc(%llu bytes): %s", (unsigned long long)bytes, cudaGetErrorString(e));
@@ -1036,6 +1049,9 @@ wkv_status buffer_copy(CudaState* st, char* dev, void* host, uint64_t bytes, boo
     }
     DeviceGuard guard(st->device);
     if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
+    if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
+        return cuda_fail(st, cudaErrorLaunchFailure, msg, to_device ? "buffer upload (injected fault: WKV_FAULT=device_lost)"
+                                                                    : "buffer download (injected fault: WKV_FAULT=device_lost)");
     cudaError_t e = to_device ? cudaMemcpyAsync(dev, host, (size_t)bytes, cudaMemcpyHostToDevice, st->stream)
                               : cudaMemcpyAsync(host, dev, (size_t)bytes, cudaMemcpyDeviceToHost, st->stream);
     const cudaError_t e2 = cudaStreamSynchronize(st->stream); /* also on failure: host memory */
@@ -1066,7 +1082,9 @@ wkv_status cuda_synchronize(void* state, wkv_message* msg) {
     }
     DeviceGuard guard(st->device);
     if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
-    const cudaError_t e = cudaStreamSynchronize(st->stream);
+    cudaError_t e = cudaStreamSynchronize(st->stream);
+    /* an asynchronous failure of enqueued work, as a real one shows itself */
+    if (e == cudaSuccess && fault_hit(st, WKV_FAULT_DEVICE_LOST, "sync")) e = cudaErrorLaunchFailure;
     if (e != cudaSuccess) return cuda_fail(st, e, msg, "cudaStreamSynchronize");
     return WKV_OK;
 }

@@ -472,9 +472,11 @@ wkv_status wkv_vk_create(const wkv_backend_create_args* args, void** out_state, 
     const char* why = NULL;
     const wkv_vk_global* g = wkv_vk_load(&why);
     if (!g) return wkv_vk_fail(msg, WKV_ERROR_BACKEND_UNAVAILABLE, "%s", why);
-    wkv_vk_state* st = (wkv_vk_state*)calloc(1, sizeof *st);
+    const wkv_fault_hook fault = wkv_fault_hook_from(args);
+    wkv_vk_state* st = wkv_fault_hit(&fault, WKV_FAULT_OOM, "state") ? NULL : (wkv_vk_state*)calloc(1, sizeof *st);
     if (!st) return wkv_vk_fail(msg, WKV_ERROR_OUT_OF_MEMORY, "cannot allocate the backend state");
     st->g = g;
+    st->fault = fault;
     atomic_init(&st->validation_count, 0ull);
     st->validation = env_flag("WKV_VULKAN_VALIDATION");
     const wkv_vulkan_guest_options* guest =

@@ -116,6 +116,11 @@ typedef struct wkv_vk_state {
     VkDescriptorPool rec_desc_pool;
     uint32_t rec_desc_pool_sets;
 
+    /* WKV_FAULT (src/fault.h, test builds only): oom "scratch" (vkw_buffer_reserve growing),
+     * "buffer" (wkv_buffer_create), device_lost "submit" (vkQueueSubmit). A hit returns the
+     * VkResult the real failure gives. */
+    wkv_fault_hook fault;
+
     /* WKV_VULKAN_VALIDATION=1: messages counted by the messenger; an op fails on a new one. */
     int validation;
     atomic_ullong validation_count;

@@ -80,6 +80,8 @@ void vkw_buffer_destroy(wkv_vk_state* st, vkw_buffer* b) {
 wkv_status vkw_buffer_reserve(wkv_vk_state* st, vkw_buffer* b, VkDeviceSize bytes, int where,
                               wkv_message* msg) {
     if (b->buffer && b->size >= bytes) return WKV_OK;
+    if (wkv_fault_hit(&st->fault, WKV_FAULT_OOM, "scratch"))
+        return wkv_vk_result(msg, VK_ERROR_OUT_OF_DEVICE_MEMORY, "vkAllocateMemory (injected fault: WKV_FAULT=oom)");
     VkDeviceSize want = b->size ? b->size : 1u << 16;
     while (want < bytes) want *= 2;
     vkw_buffer_destroy(st, b);
@@ -135,6 +137,8 @@ wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg) {
     si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
     si.commandBufferCount = 1;
     si.pCommandBuffers = &st->cmd;
+    if (wkv_fault_hit(&st->fault, WKV_FAULT_DEVICE_LOST, "submit"))
+        return wkv_vk_result(msg, VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected fault: WKV_FAULT=device_lost)");
     if ((r = st->fn.vkQueueSubmit(st->queue, 1, &si, st->fence)) != VK_SUCCESS)
         return wkv_vk_result(msg, r, "vkQueueSubmit");
     r = st->fn.vkWaitForFences(st->device, 1, &st->fence, VK_TRUE, UINT64_MAX);
@@ -150,6 +154,8 @@ wkv_status wkv_vk_buffer_create(void* state, uint64_t bytes, void** out, wkv_mes
     wkv_vk_state* st = (wkv_vk_state*)state;
     *out = NULL;
     if (bytes > (uint64_t)SIZE_MAX - 64) return wkv_vk_fail(msg, WKV_ERROR_OUT_OF_MEMORY, "%llu bytes", (unsigned long long)bytes);
+    if (wkv_fault_hit(&st->fault, WKV_FAULT_OOM, "buffer"))
+        return wkv_vk_result(msg, VK_ERROR_OUT_OF_DEVICE_MEMORY, "vkAllocateMemory (injected fault: WKV_FAULT=oom)");
     vkw_buffer* b = (vkw_buffer*)calloc(1, sizeof *b);
     if (!b) return wkv_vk_fail(msg, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
     wkv_status s = vkw_buffer_create(st, bytes, WKV_VK_DEVICE_LOCAL, b, msg);

@@ -28,7 +28,9 @@
  * ============================================================================ CONVENTIONS
  *
  * - Every function returns a wkv_status; WKV_OK is 0. On any other status nothing was written
- *   to any output tensor, and wkv_last_error(ctx) holds a message that names the argument.
+ *   to any output tensor (but after WKV_ERROR_DEVICE_LOST the failing call's outputs are
+ *   undefined: a GPU may have written part of them), and wkv_last_error(ctx) holds a message
+ *   that names the argument.
  *   The library never aborts, never prints (unless a log callback asks for it) and never
  *   throws across this boundary.
  * - Out-parameters come first after the context. _create/_destroy come in pairs; destroy
@@ -279,6 +281,13 @@ WKV_API const char* wkv_last_error(const wkv_context* ctx);
  * on the CPU and Vulkan backends every call is complete when it returns, and this is a no-op.
  * WKV_ERROR_DEVICE_LOST when enqueued work failed on the device. */
 WKV_API wkv_status wkv_context_synchronize(wkv_context* ctx);
+/* WKV_OK while ctx can run calls; WKV_ERROR_DEVICE_LOST once a call on it has returned
+ * WKV_ERROR_DEVICE_LOST (the GPU failed or was reset): from then on every call on ctx returns
+ * WKV_ERROR_DEVICE_LOST without touching anything, and ctx can only be destroyed (destroy still
+ * frees everything; a new context may work). Other contexts are not affected. Failures such as
+ * WKV_ERROR_OUT_OF_MEMORY leave the context healthy. WKV_ERROR_NULL_POINTER for NULL. Safe from
+ * any thread, even while a call runs on ctx. */
+WKV_API wkv_status wkv_context_health(const wkv_context* ctx);
 
 /* ----------------------------------------------------------------------------- the ops */
 

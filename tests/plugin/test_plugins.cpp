@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -130,5 +131,74 @@ TEST_CASE("WKV_BACKEND=cpu overrides AUTO even when a GPU plugin is present") {
     unsetenv("WKV_BACKEND");
     CHECK(wkv_context_backend(ctx) == WKV_BACKEND_CPU);
     CHECK(logs.any("WKV_BACKEND=cpu overrides"));
+    wkv_context_destroy(ctx);
+}
+
+// ---- fault injection (src/fault.h): the hook crosses the plugin boundary in the create args
+
+static bool faults_compiled_in() { return std::strstr(wkv_build_info(), "fault injection") != nullptr; }
+
+TEST_CASE("fault: a plugin's device_lost reaches the core: the context is lost, the CPU one is not") {
+    if (!faults_compiled_in() || std::getenv("WKV_FAULT")) return; // the no_driver run has its own case
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.backend = WKV_BACKEND_CPU;
+    wkv_context* cpu = nullptr;
+    REQUIRE(wkv_context_create(&o, &cpu) == WKV_OK);
+    setenv("WKV_FAULT", "device_lost:submit@2", 1);
+    o.backend = WKV_BACKEND_CUDA; // the test plugin: the CPU kernels in the CUDA slot
+    wkv_context* ctx = nullptr;
+    const wkv_status created = wkv_context_create(&o, &ctx);
+    unsetenv("WKV_FAULT");
+    REQUIRE(created == WKV_OK);
+    std::vector<float> y, y_cpu;
+    CHECK(run_forward(ctx, WKV_DEVICE_CUDA, y) == WKV_OK);
+    CHECK(wkv_context_health(ctx) == WKV_OK);
+    CHECK(run_forward(ctx, WKV_DEVICE_CUDA, y) == WKV_ERROR_DEVICE_LOST);
+    CHECK(std::string(wkv_last_error(ctx)).find("device was lost") != std::string::npos);
+    for (float x : y) CHECK(std::isnan(x)); // untouched
+    CHECK(wkv_context_health(ctx) == WKV_ERROR_DEVICE_LOST);
+    CHECK(run_forward(ctx, WKV_DEVICE_CUDA, y) == WKV_ERROR_DEVICE_LOST);
+    CHECK(std::string(wkv_last_error(ctx)).find("destroy this context") != std::string::npos);
+    CHECK(run_forward(cpu, WKV_DEVICE_CPU, y_cpu) == WKV_OK);
+    CHECK(wkv_context_health(cpu) == WKV_OK);
+    wkv_context_destroy(ctx);
+    wkv_context_destroy(cpu);
+}
+
+// Run by ctest as wkv_plugin_tests_no_driver, with WKV_FAULT=no_driver:cuda (the loader reads
+// it once per process): the CUDA plugin is present on WKV_PLUGIN_PATH but fails to load as if
+// its driver library were missing.
+TEST_CASE("fault: no_driver: a plugin that fails to load is reported, AUTO falls back to the CPU") {
+    const char* spec = std::getenv("WKV_FAULT");
+    if (!spec || !std::strstr(spec, "no_driver")) return; // the ordinary run
+    if (!faults_compiled_in()) {
+        MESSAGE("this build has no fault injection: WKV_FAULT is ignored");
+        return;
+    }
+    wkv_backend_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(wkv_backend_get_info(WKV_BACKEND_CUDA, &info) == WKV_OK);
+    CHECK(info.available == 0);
+    CHECK(info.device_count == 0);
+    const std::string why = info.reason;
+    CAPTURE(why);
+    CHECK(why.find("cannot load") != std::string::npos);
+    CHECK(why.find("libwkv_cuda.so") != std::string::npos);
+    CHECK(why.find("WKV_FAULT=no_driver") != std::string::npos);
+
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.backend = WKV_BACKEND_CUDA;
+    wkv_context* ctx = nullptr;
+    CHECK(wkv_context_create(&o, &ctx) == WKV_ERROR_BACKEND_UNAVAILABLE);
+    CHECK(ctx == nullptr);
+    CHECK(std::string(wkv_last_error(nullptr)).find("cannot load") != std::string::npos);
+    o.backend = WKV_BACKEND_AUTO; // CUDA cannot load, Vulkan's test plugin is refused: the CPU
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    CHECK(wkv_context_backend(ctx) == WKV_BACKEND_CPU);
+    std::vector<float> y;
+    CHECK(run_forward(ctx, WKV_DEVICE_CPU, y) == WKV_OK);
+    for (float x : y) CHECK(std::isfinite(x));
     wkv_context_destroy(ctx);
 }

@@ -100,3 +100,43 @@ def test_backend_and_device_info_functions():
         if not wkv.backend_info(name)["available"]:
             with pytest.raises(wkv.BackendUnavailableError, match="wkv_device_get_info: backend %s" % name):
                 wkv.device_info(name, 0)
+
+
+def test_health_is_ok_on_a_working_context():
+    with wkv.Context("cpu", threads=1) as ctx:
+        assert ctx.health() == "ok"
+    with pytest.raises(ValueError, match="closed"):
+        ctx.health()
+
+
+@pytest.mark.skipif("fault injection" not in wkv.info()["build"],
+                    reason="libwkv built without fault injection (WKV_FAULT_INJECTION=OFF)")
+def test_a_lost_context_says_so_and_refuses_every_call(rng, monkeypatch):
+    # WKV_FAULT (src/fault.h) is read when a context is created: the first op of `lost` loses
+    # its "device"; `other`, created before, keeps working.
+    x = ref.random_inputs(rng, 1, 8, 2, 8)
+    other = wkv.Context("cpu", threads=1)
+    monkeypatch.setenv("WKV_FAULT", "device_lost")
+    lost = wkv.Context("cpu", threads=1)
+    monkeypatch.delenv("WKV_FAULT")
+    with pytest.raises(wkv.DeviceLostError, match="device was lost"):
+        wkv.rwkv7(*x.values(), context=lost)
+    assert lost.health() == "lost"
+    with pytest.raises(wkv.DeviceLostError, match="destroy this context"):
+        wkv.rwkv7(*x.values(), context=lost)
+    y, _ = wkv.rwkv7(*x.values(), context=other)
+    want, _ = ref.rwkv7_forward(*x.values())
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    assert other.health() == "ok"
+    lost.close()
+    other.close()
+    # out of memory leaves the context healthy, and the retry works
+    monkeypatch.setenv("WKV_FAULT", "oom:scratch@1")
+    ctx = wkv.Context("cpu", threads=1)
+    monkeypatch.delenv("WKV_FAULT")
+    with pytest.raises(wkv.OutOfMemoryError, match="scratch"):
+        wkv.rwkv7(*x.values(), context=ctx)
+    assert ctx.health() == "ok"
+    y, _ = wkv.rwkv7(*x.values(), context=ctx)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    ctx.close()

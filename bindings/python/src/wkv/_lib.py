@@ -352,7 +352,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 
 #: Functions declared when the loaded library has them (newer API, e.g. the device buffers).
-OPTIONAL_FUNCTIONS = ("wkv_context_synchronize", "wkv_buffer_create", "wkv_buffer_destroy", "wkv_buffer_upload", "wkv_buffer_download",
+OPTIONAL_FUNCTIONS = ("wkv_context_synchronize", "wkv_context_health", "wkv_buffer_create", "wkv_buffer_destroy", "wkv_buffer_upload", "wkv_buffer_download",
                       "wkv_buffer_size", "wkv_tensor_make_buffer",
                       # wkv_vulkan.h (Vulkan handles are opaque pointers here)
                       "wkv_vulkan_validation_message_count", "wkv_vulkan_context_create",
@@ -363,6 +363,7 @@ def _declare_optional(lib: ctypes.CDLL) -> None:
     ctx_p, buf_p = c_void_p, c_void_p
     table = {
         "wkv_context_synchronize": ([ctx_p], c_enum),
+        "wkv_context_health": ([ctx_p], c_enum),
         "wkv_buffer_create": ([ctx_p, c_uint64, POINTER(buf_p)], c_enum),
         "wkv_buffer_destroy": ([buf_p], None),
         "wkv_buffer_upload": ([ctx_p, buf_p, c_uint64, c_void_p, c_uint64], c_enum),

@@ -26,7 +26,7 @@ from ._lib import (
     check,
     load,
 )
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedError
 
 __all__ = ["Context", "default_context", "use_context", "current_context", "info", "backend_info",
            "device_info"]
@@ -129,6 +129,17 @@ class Context:
     def last_error(self) -> str:
         """The message of the last failing call on this context ("" after a success)."""
         return _lib.last_error(self.handle)
+
+    def health(self) -> str:
+        """``"ok"`` while the context can run calls; ``"lost"`` once a call on it raised
+        :class:`DeviceLostError` (the GPU failed or was reset): from then on every call raises
+        DeviceLostError and the context can only be closed; a new Context may work
+        (``wkv_context_health``). Out-of-memory and argument errors leave it ``"ok"``. Needs no
+        lock: safe while another thread runs a call on it."""
+        f = getattr(load(), "wkv_context_health", None)
+        if f is None:
+            raise UnsupportedError("wkv.Context.health: the loaded libwkv has no wkv_context_health")
+        return "ok" if f(self.handle) == 0 else "lost"
 
     def close(self) -> None:
         """Destroys the native context (idempotent)."""
