@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: build everything with CUDA (Release, sm_90), run ctest (the CUDA
-# tests included), compute-sanitizer (memcheck + racecheck) on part of the CUDA tests,
+# One call on a GPU machine: build everything with CUDA (Release, sm_90, fault injection compiled
+# in for the CUDA fault tests: a branch per call, nothing in the kernels), run ctest (the CUDA
+# tests included), scripts/cuda_sanitize.sh (compute-sanitizer memcheck, racecheck, initcheck,
+# synccheck over the CUDA tests and wkv-bench golden; logs sanitize-<tool>.log),
 # `wkv-bench golden --backend cuda` in f32/f16/bf16, and the RWKV-7 anchor shapes with
 # device-side timing (wkv-cuda-bench: CUDA events) and with `wkv-bench perf --backend cuda`.
 # Logs go to $OUT (default build-device/out); a summary is printed last.
@@ -18,7 +20,9 @@
 # amd64 options of the device tool's README: (cd .gl && apt-get download libvulkan1 libegl1
 # libglvnd0 libopengl0 libgl1 libglx0 libgles2). .vk, .gl and build-deps are ignored by git.
 # Environment: WKV_DEVICE_ARCH (default 90), WKV_DEVICE_QUICK=1 (skip the sanitizers and the
-# wkv-bench perf run), WKV_DEVICE_PERF=0 (skip the device-timed perf runs), WKV_DEVICE_NCU=0
+# wkv-bench perf run; here each sanitizer run gets WKV_SANITIZE_TIMEOUT=60 s, 8 runs at most.
+# For the full-length sanitizer runs use a second call on the same machine, which keeps
+# build-device: scripts/cuda_sanitize.sh build-device, 240 s per run by default), WKV_DEVICE_PERF=0 (skip the device-timed perf runs), WKV_DEVICE_NCU=0
 # (skip Nsight Compute). The shortest full check (build, ctest, golden, demo):
 #   WKV_DEVICE_QUICK=1 WKV_DEVICE_PERF=0 WKV_DEVICE_NCU=0 scripts/device.sh
 set -uo pipefail
@@ -63,7 +67,7 @@ fi
 gen=()
 command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
 stamp "configure + build" >>"$out/build.log"
-if ! cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DWKV_CUDA=ON \
+if ! cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DWKV_CUDA=ON -DWKV_FAULT_INJECTION=ON \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" -DWKV_CUDA_PTXAS_VERBOSE=ON "${doctest_args[@]}" \
       >>"$out/build.log" 2>&1 ||
    ! cmake --build "$build" -j"$(nproc)" >>"$out/build.log" 2>&1; then
@@ -184,15 +188,11 @@ if [ -d "$root/.vk" ]; then
 fi
 
 # ------------------------------------------------------------------------------- sanitizers
-if [ "${WKV_DEVICE_QUICK:-0}" != 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
-  san=$out/sanitizer.log
-  for tool in memcheck racecheck; do
-    echo "== compute-sanitizer --tool $tool" >>"$san"
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$build/backends/cuda/tests/wkv_cuda_tests" -tc="$([ $tool = memcheck ] && echo "*dtype and decay form*,*packed*,*graph*" || echo "*graph*")" >>"$san" 2>&1
-    rc=$?
-    note "compute-sanitizer $tool: rc=$rc, $(grep -E -c '(Invalid|Race|Hazard|ERROR SUMMARY: [1-9])' "$san") error lines; $(grep 'ERROR SUMMARY' "$san" | tail -1)"
-  done
+if [ "${WKV_DEVICE_QUICK:-0}" != 1 ]; then
+  # memcheck, racecheck, initcheck, synccheck: one line each in the summary, a log each in $out
+  OUT=$out WKV_SANITIZE_TIMEOUT=${WKV_SANITIZE_TIMEOUT:-60} scripts/cuda_sanitize.sh "$build" >/dev/null 2>&1
+  note "cuda_sanitize: rc=$?"
+  cat "$out/sanitize-summary.txt" >>"$summary" 2>/dev/null
   stamp "sanitizers done" | tee -a "$summary"
 fi
 
