@@ -84,6 +84,16 @@
  * is always float32 and all arithmetic accumulates in float32. float32 paths match the float64
  * reference to ~1e-5 (norm-wise relative error); 16-bit inputs to ~1e-2. A result is never NaN
  * where the reference is finite.
+ *
+ * NaN and Inf: propagated, never invented. A NaN or infinite input is not an error (no call
+ * scans its inputs). Against the float64 reference (the formulas above, evaluated as written):
+ * every output the reference keeps finite comes out finite, with the usual accuracy; a NaN
+ * input makes NaN exactly the outputs the reference makes NaN; an infinite input makes
+ * non-finite the outputs the reference makes infinite. Where the reference turns an infinity
+ * into NaN (inf - inf, 0 * inf) a backend may give NaN, an infinity or the formula's limit
+ * (e.g. 0 for the derivative of exp(-exp(w)) at w = +Inf). E.g. a NaN in k at token t of one
+ * (sequence, head) makes that head's y NaN from t on, and its state_out; other heads and
+ * sequences are untouched.
  */
 #ifndef WKV_WKV_H
 #define WKV_WKV_H

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "test_any_op.h"
+#include "test_nonfinite.h"
 #include "wkv/wkv.h"
 
 using namespace wkvtest;
@@ -204,4 +205,22 @@ TEST_CASE("cuda fault: the device lost at a launch or a wait: health, later call
     wkv_context_destroy(healthy);
     CHECK(injected == 13);
     MESSAGE("cuda device_lost: " << injected << " faults injected and survived");
+}
+
+TEST_CASE("cuda nonfinite: NaN and Inf inputs propagate as in the float64 reference, every op") {
+    CUDA_RELIABILITY_OR_SKIP();
+    const uint64_t seed = test_seed();
+    CAPTURE(seed);
+    wkv_context* ctx = cuda_context();
+    int cases = 0;
+    for (wkv_op op : {WKV_OP_RWKV7, WKV_OP_RWKV6, WKV_OP_RWKV4}) {
+        for (const NonfiniteCase& c : nonfinite_cases(seed, op, op == WKV_OP_RWKV4 ? 64 : 32)) {
+            CAPTURE(c.name);
+            const std::string why = nonfinite_disagreement(any_run(ctx, c.p), c, 1e-4);
+            CHECK_MESSAGE(why.empty(), why);
+            ++cases;
+        }
+    }
+    wkv_context_destroy(ctx);
+    MESSAGE(cases << " NaN/Inf cases, forward and backward");
 }

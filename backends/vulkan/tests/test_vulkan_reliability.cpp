@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "test_any_op.h"
+#include "test_nonfinite.h"
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan_core.h>
 
@@ -197,4 +198,22 @@ TEST_CASE("vulkan fault: the device lost at vkQueueSubmit: health, later calls r
     wkv_context_destroy(healthy);
     CHECK(injected == 7);
     MESSAGE("vulkan device_lost: " << injected << " faults injected and survived");
+}
+
+TEST_CASE("vulkan nonfinite: NaN and Inf inputs propagate as in the float64 reference, every op") {
+    const uint64_t seed = test_seed();
+    CAPTURE(seed);
+    wkv_context* ctx = vk_context();
+    int cases = 0;
+    for (wkv_op op : {WKV_OP_RWKV7, WKV_OP_RWKV6, WKV_OP_RWKV4}) {
+        for (const NonfiniteCase& c : nonfinite_cases(seed, op, op == WKV_OP_RWKV4 ? 64 : 32)) {
+            CAPTURE(c.name);
+            const std::string why = nonfinite_disagreement(any_run(ctx, c.p), c, 1e-4);
+            CHECK_MESSAGE(why.empty(), why);
+            ++cases;
+        }
+    }
+    CHECK(validation_messages(ctx) == 0);
+    wkv_context_destroy(ctx);
+    MESSAGE(cases << " NaN/Inf cases, forward and backward");
 }
