@@ -67,6 +67,8 @@ valgrind_tests() {
   cases+=',golden: files that are valid*'
   # fault injection: every allocation and device-lost point, a lost context's calls, destroy
   cases+=',fault*'
+  # NaN and Inf in every input of every op (the policy of wkv.h's NUMERICS)
+  cases+=',rwkv nonfinite*'
   # glibc 2.36's ld.so reads a word past a short RPATH string while dlopen loads a GPU plugin
   # (libwkv_cuda.so, when nvcc built it): not libwkv's, and Debian's suppressions miss it.
   cat >"$logs/valgrind-ldso.supp" <<'SUPP'
