@@ -1,10 +1,12 @@
 // The Vulkan suite's entry point: without a usable Vulkan device the whole suite is SKIPPED
-// (exit 77, ctest's SKIP_RETURN_CODE), never passed.
+// (exit 77, ctest's SKIP_RETURN_CODE), never passed. The shared contexts are destroyed here,
+// after the run and before main returns (suite_contexts.h says why).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdio>
 
+#include "suite_contexts.h"
 #include "wkv/wkv.h"
 
 int main(int argc, char** argv) {
@@ -15,6 +17,12 @@ int main(int argc, char** argv) {
         return 77;
     }
     std::printf("Vulkan backend: %s\n", info.reason ? info.reason : "");
-    doctest::Context ctx(argc, argv);
-    return ctx.run();
+    int rc;
+    {
+        doctest::Context ctx(argc, argv);
+        rc = ctx.run();
+    }
+    // Before main returns: the driver's exit-time teardown must find no context (suite_contexts.h).
+    wkvtest::suite_contexts_destroy();
+    return rc;
 }

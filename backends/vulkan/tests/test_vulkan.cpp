@@ -23,12 +23,15 @@
 #include <vector>
 
 #include "golden.h"
+#include "suite_contexts.h"
 #include "test_util.h"
 #include "wkv/wkv_vulkan.h"
 
 using namespace wkvtest;
 
 namespace {
+
+using Contexts = SuiteContexts;
 
 wkv_context* make_context(wkv_backend backend, int threads = 2) {
     wkv_context_options o{};
@@ -42,22 +45,7 @@ wkv_context* make_context(wkv_backend backend, int threads = 2) {
     return ctx;
 }
 
-// One Vulkan and one CPU context for the whole suite (pipelines are compiled once per head
-// size); destroyed at exit.
-struct Contexts {
-    wkv_context* vk = nullptr;
-    wkv_context* cpu = nullptr;
-    ~Contexts() {
-        wkv_context_destroy(vk);
-        wkv_context_destroy(cpu);
-    }
-};
-Contexts& contexts() {
-    static Contexts c;
-    if (!c.vk) c.vk = make_context(WKV_BACKEND_VULKAN);
-    if (!c.cpu) c.cpu = make_context(WKV_BACKEND_CPU);
-    return c;
-}
+Contexts& contexts() { return suite_contexts(); }
 
 uint64_t validation_count(wkv_context* ctx) {
     uint64_t n = 0;
@@ -610,3 +598,25 @@ TEST_CASE("vulkan: a decode loop keeps its state in a buffer, stepped in place")
 TEST_CASE("vulkan: no validation message during the suite") {
     CHECK(validation_count(contexts().vk) == 0);
 }
+
+// ------------------------------------------------------------------- the shared contexts
+
+namespace wkvtest {
+
+namespace {
+SuiteContexts g_suite; // trivially destructible: nothing of it runs at exit (suite_contexts.h)
+}
+
+SuiteContexts& suite_contexts() {
+    if (!g_suite.vk) g_suite.vk = make_context(WKV_BACKEND_VULKAN);
+    if (!g_suite.cpu) g_suite.cpu = make_context(WKV_BACKEND_CPU);
+    return g_suite;
+}
+
+void suite_contexts_destroy() {
+    wkv_context_destroy(g_suite.vk);
+    wkv_context_destroy(g_suite.cpu);
+    g_suite = SuiteContexts{};
+}
+
+} // namespace wkvtest

@@ -280,6 +280,12 @@ TEST_CASE("vulkan guest mode: the host's device, imported buffers, recorded ops 
     g.get_instance_proc_addr = host.gipa;
     g.api_version = VK_API_VERSION_1_1;
     wkv_context* ctx = nullptr;
+    // The guest context goes before the host's device and instance, even when a REQUIRE ends
+    // the case early (the host's destructor runs after this guard's).
+    struct Release {
+        wkv_context*& c;
+        ~Release() { wkv_context_destroy(c); }
+    } release{ctx};
     {
         const wkv_status st = wkv_vulkan_context_create(nullptr, &g, &ctx);
         INFO(std::string(wkv_last_error(nullptr)));
@@ -435,6 +441,7 @@ TEST_CASE("vulkan guest mode: the host's device, imported buffers, recorded ops 
 
     wkv_buffer_destroy(wb); // forgets the host's VkBuffer, does not destroy it
     wkv_context_destroy(ctx);
+    ctx = nullptr;
     wkv_context_destroy(cpu);
     CHECK(g_messages.load() == 0);
 }

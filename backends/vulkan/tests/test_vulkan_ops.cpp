@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "golden.h"
+#include "suite_contexts.h"
 #include "test_util.h"
 #include "test_util_ops.h"
 #include "wkv/wkv_vulkan.h"
@@ -29,32 +30,7 @@ using namespace wkvtest;
 
 namespace {
 
-wkv_context* make_ctx(wkv_backend backend) {
-    wkv_context_options o{};
-    o.struct_size = sizeof o;
-    o.backend = backend;
-    o.cpu_threads = 2;
-    wkv_context* ctx = nullptr;
-    const wkv_status st = wkv_context_create(&o, &ctx);
-    INFO(std::string(wkv_last_error(nullptr)));
-    REQUIRE(st == WKV_OK);
-    return ctx;
-}
-
-struct Ctxs {
-    wkv_context* vk = nullptr;
-    wkv_context* cpu = nullptr;
-    ~Ctxs() {
-        wkv_context_destroy(vk);
-        wkv_context_destroy(cpu);
-    }
-};
-Ctxs& ctxs() {
-    static Ctxs c;
-    if (!c.vk) c.vk = make_ctx(WKV_BACKEND_VULKAN);
-    if (!c.cpu) c.cpu = make_ctx(WKV_BACKEND_CPU);
-    return c;
-}
+SuiteContexts& ctxs() { return suite_contexts(); }
 
 void check_no_validation_message() {
     uint64_t n = 0;
