@@ -2,22 +2,24 @@
 // RWKV-6 forward (RWKV-5: w with a T-stride of 0; the recurrence in include/wkv/wkv.h; CPU
 // sibling backends/cpu/rwkv6.cpp).
 //
-// One workgroup per item (sequence s, head h), N invocations; invocation i owns value row i
-// of the state, S[i][0..N-1], in registers (float32). Per token:
-//     ruk     = sum_j r[j] u[j] k[j]
-//     y[i]    = S[i] . r + v[i] ruk                 (S before the update)
-//     S[i][j] = S[i][j] * decay[j] + v[i] * k[j]
-// Inputs are staged TC tokens at a time in shared memory, as in wkv7_fwd.comp; each
-// invocation reads its whole row before it writes and writes only its own row, so state_out
-// may be the memory of state_in.
-//
-// Specialisation constants: N (head size, workgroup size), TC (tokens per chunk).
+// Value rows of the state are independent: for row i, per token
+//     y[i]    = S[i] . r + v[i] (sum_j r[j] u[j] k[j]) = sum_j r[j] (S[i][j] + v[i] u[j] k[j])
+//     S[i][j] = S[i][j] * decay[j] + v[i] * k[j]          (S before the update in y)
+// so each row lives in registers of its C lanes (wkv_rows.glsl: work split, chunk staging,
+// as wkv7_fwd.comp), one lane reduction per token, two barriers per chunk of TC tokens. Each
+// lane reads its columns of the state before it writes them and writes only those, so
+// state_out may be the memory of state_in.
 #extension GL_GOOGLE_include_directive : require
-#include "wkv_common.glsl"
 
 layout(constant_id = 0) const int N = 64;
 layout(constant_id = 1) const int TC = 8;
-layout(local_size_x_id = 0) in;
+layout(constant_id = 2) const int C = 1;
+layout(constant_id = 3) const int WG = 64;
+layout(constant_id = 4) const int DT = -1;
+layout(local_size_x_id = 3) in;
+#define WKV_SLOT_DTYPE(slot) (DT >= 0 ? DT : P.td[slot].dtype)
+
+#include "wkv_common.glsl"
 
 WKV_INPUT(r, SLOT_R)
 WKV_INPUT(w, SLOT_W)
@@ -28,51 +30,87 @@ WKV_STATE_IN(sin, SLOT_SIN)
 WKV_OUTPUT(y, SLOT_Y)
 WKV_STATE_OUT(sout, SLOT_SOUT)
 
-shared float s_r[TC * N], s_d[TC * N], s_k[TC * N], s_v[TC * N], s_u[N];
+#include "wkv_rows.glsl"
+
+shared vec4 s_r[TC * NP], s_d[TC * NP], s_k[TC * NP];
+shared float s_v[TC * NP4];
+
+float p_r[NL], p_w[NL], p_k[NL], p_v[NL];
+
+void prefetch(int batch, int h, int tc, int t1) {
+    [[unroll]] for (int q = 0; q < NL; ++q) {
+        int uu, e;
+        staged_slot(q, uu, e);
+        const int t = min(tc + uu, t1 - 1); /* in range: loads are never under a branch */
+        p_r[q] = ld_r(tok_clamped(SLOT_R, batch, t, h, e));
+        p_w[q] = ld_w(tok_clamped(SLOT_W, batch, t, h, e));
+        p_k[q] = ld_k(tok_clamped(SLOT_K, batch, t, h, e));
+        p_v[q] = ld_v(tok_clamped(SLOT_V, batch, t, h, e));
+    }
+}
+
+void stage() {
+    [[unroll]] for (int q = 0; q < NL; ++q) {
+        int uu, e;
+        staged_slot(q, uu, e);
+        if (uu < TC) {
+            const bool col = e < N; /* padding columns are zero */
+            const int x = uu * NP + (e >> 2), c = e & 3;
+            float ddw;
+            s_r[x][c] = col ? p_r[q] : 0.0;
+            s_d[x][c] = col ? decay_of(p_w[q], ddw) : 0.0;
+            s_k[x][c] = col ? p_k[q] : 0.0;
+            s_v[uu * NP4 + e] = col ? p_v[q] : 0.0;
+        }
+    }
+}
 
 void main() {
-    const int i = int(gl_LocalInvocationID.x);
+    const int tid = int(gl_LocalInvocationID.x);
+    const int i = tid / C, l = tid - (tid / C) * C;
     const int item = pc.item_base + int(gl_WorkGroupID.x);
     const int H = P.H;
     const int s = item / H, h = item - (item / H) * H;
     const ivec4 sq = P.seqs[s];
     const int batch = sq.x, t0 = sq.y, t1 = sq.z;
 
-    float S[N];
-    if (present(SLOT_SIN)) {
-        WKV_FOR_N(j) S[j] = ld_sin(sti(SLOT_SIN, s, h, i, j)); WKV_END
-    } else {
-        WKV_FOR_N(j) S[j] = 0.0; WKV_END
-    }
-    s_u[i] = ld_u(tok(SLOT_U, 0, 0, h, i));
+    vec4 S[NQ], U[NQ];
+    load_row(S, s, h, i, l);
+    WKV_FOR_COUNT(q, NQ)
+        const int c0 = (q * C + l) * 4;
+        vec4 x;
+        x.x = ld_u(tok_clamped(SLOT_U, 0, 0, h, c0 + 0));
+        x.y = ld_u(tok_clamped(SLOT_U, 0, 0, h, c0 + 1));
+        x.z = ld_u(tok_clamped(SLOT_U, 0, 0, h, c0 + 2));
+        x.w = ld_u(tok_clamped(SLOT_U, 0, 0, h, c0 + 3));
+        U[q] = x; /* padding columns: k and r are zero there */
+    WKV_END
+    const int ybase = tok(SLOT_Y, batch, 0, h, i), ystep = P.td[SLOT_Y].stride.y;
 
+    if (t0 < t1) prefetch(batch, h, t0, t1);
     for (int tc = t0; tc < t1; tc += TC) {
+        barrier(); /* the previous chunk is done with shared memory */
+        stage();
+        barrier();
+        prefetch(batch, h, tc + TC, t1); /* the next chunk (past the end: the last token again) */
         const int m = min(TC, t1 - tc);
-        for (int q = 0; q < m; ++q) {
-            const int t = tc + q, x = q * N + i;
-            float ddw;
-            s_r[x] = ld_r(tok(SLOT_R, batch, t, h, i));
-            s_d[x] = decay_of(ld_w(tok(SLOT_W, batch, t, h, i)), ddw);
-            s_k[x] = ld_k(tok(SLOT_K, batch, t, h, i));
-            s_v[x] = ld_v(tok(SLOT_V, batch, t, h, i));
+        for (int uu = 0; uu < m; ++uu) {
+            const int o = uu * NP + l;
+            const float vi = s_v[uu * NP4 + i];
+            vec4 y0 = vec4(0.0), y1 = vec4(0.0);
+            WKV_FOR_COUNT(q, NQ)
+                const int x = o + q * C;
+                const vec4 kq = s_k[x];
+                const vec4 term = s_r[x] * (S[q] + vi * (U[q] * kq));
+                if ((q & 1) == 0) y0 += term;
+                else y1 += term;
+                S[q] = S[q] * s_d[x] + vi * kq;
+            WKV_END
+            const vec4 t4 = y0 + y1;
+            const float y = lane_sum((t4.x + t4.y) + (t4.z + t4.w));
+            if (l == 0) st_y(ybase + (tc + uu) * ystep, y);
         }
-        barrier();
-        for (int q = 0; q < m; ++q) {
-            const int o = q * N;
-            const float vi = s_v[o + i];
-            float y = 0.0, ruk = 0.0;
-            WKV_FOR_N(j) {
-                const float rj = s_r[o + j], kj = s_k[o + j];
-                y += S[j] * rj;
-                ruk += rj * s_u[j] * kj;
-                S[j] = S[j] * s_d[o + j] + vi * kj;
-            } WKV_END
-            st_y(tok(SLOT_Y, batch, tc + q, h, i), y + vi * ruk);
-        }
-        barrier();
     }
 
-    if (present(SLOT_SOUT)) {
-        WKV_FOR_N(j) st_sout(sti(SLOT_SOUT, s, h, i, j), S[j]); WKV_END
-    }
+    store_row(S, s, h, i, l);
 }

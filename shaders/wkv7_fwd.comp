@@ -1,24 +1,27 @@
 #version 450
 // RWKV-7 forward (the recurrence in include/wkv/wkv.h; CPU sibling backends/cpu/rwkv7.cpp).
 //
-// One workgroup per item (sequence s, head h), N invocations; invocation i owns value row i
-// of the state, S[i][0..N-1], in registers (float32). Per token:
+// Value rows of the state are independent: for row i, per token
 //     sa      = S[i] . a
 //     S[i][j] = S[i][j] * decay[j] + sa * b[j] + v[i] * k[j]
 //     y[i]    = S[i] . r
-// The inputs of TC tokens at a time are staged in shared memory (each invocation loads
-// element i of each row, converting to float32 and computing the decay), so one pair of
-// barriers serves TC tokens. Each invocation reads its whole state row before it writes
-// anything and writes only its own row, so state_out may be the very memory of state_in.
-//
-// Specialisation constants: N (the head size, also the workgroup size) and TC (tokens per
-// shared-memory chunk, chosen by the host from maxComputeSharedMemorySize).
+// so each row lives in registers of its C lanes (wkv_rows.glsl: work split, chunk staging),
+// and a token costs two lane reductions (sa, y) and no barrier; a chunk of TC tokens costs
+// two barriers. The dot products run on two vec4 accumulators (8 independent chains) instead
+// of one serial sum: the per-token dependency chain, not the arithmetic, bounds this kernel.
+// Each lane reads its columns of the state before it writes them and writes only those, so
+// state_out may be the very memory of state_in.
 #extension GL_GOOGLE_include_directive : require
-#include "wkv_common.glsl"
 
 layout(constant_id = 0) const int N = 64;
 layout(constant_id = 1) const int TC = 8;
-layout(local_size_x_id = 0) in;
+layout(constant_id = 2) const int C = 1;
+layout(constant_id = 3) const int WG = 64;
+layout(constant_id = 4) const int DT = -1;
+layout(local_size_x_id = 3) in;
+#define WKV_SLOT_DTYPE(slot) (DT >= 0 ? DT : P.td[slot].dtype)
+
+#include "wkv_common.glsl"
 
 WKV_INPUT(r, SLOT_R)
 WKV_INPUT(w, SLOT_W)
@@ -30,52 +33,88 @@ WKV_STATE_IN(sin, SLOT_SIN)
 WKV_OUTPUT(y, SLOT_Y)
 WKV_STATE_OUT(sout, SLOT_SOUT)
 
-shared float s_r[TC * N], s_d[TC * N], s_k[TC * N], s_v[TC * N], s_a[TC * N], s_b[TC * N];
+#include "wkv_rows.glsl"
+
+shared vec4 s_r[TC * NP], s_d[TC * NP], s_k[TC * NP], s_a[TC * NP], s_b[TC * NP];
+shared float s_v[TC * NP4];
+
+// One chunk's staged values in registers (this invocation's NL slots of each vector).
+float p_r[NL], p_w[NL], p_k[NL], p_v[NL], p_a[NL], p_b[NL];
+
+void prefetch(int batch, int h, int tc, int t1) {
+    [[unroll]] for (int q = 0; q < NL; ++q) {
+        int u, e;
+        staged_slot(q, u, e);
+        const int t = min(tc + u, t1 - 1); /* in range: loads are never under a branch */
+        p_r[q] = ld_r(tok_clamped(SLOT_R, batch, t, h, e));
+        p_w[q] = ld_w(tok_clamped(SLOT_W, batch, t, h, e));
+        p_k[q] = ld_k(tok_clamped(SLOT_K, batch, t, h, e));
+        p_v[q] = ld_v(tok_clamped(SLOT_V, batch, t, h, e));
+        p_a[q] = ld_a(tok_clamped(SLOT_A, batch, t, h, e));
+        p_b[q] = ld_b(tok_clamped(SLOT_B, batch, t, h, e));
+    }
+}
+
+void stage() {
+    [[unroll]] for (int q = 0; q < NL; ++q) {
+        int u, e;
+        staged_slot(q, u, e);
+        if (u < TC) {
+            const bool col = e < N; /* padding columns are zero */
+            const int x = u * NP + (e >> 2), c = e & 3;
+            float ddw;
+            s_r[x][c] = col ? p_r[q] : 0.0;
+            s_d[x][c] = col ? decay_of(p_w[q], ddw) : 0.0;
+            s_k[x][c] = col ? p_k[q] : 0.0;
+            s_a[x][c] = col ? p_a[q] : 0.0;
+            s_b[x][c] = col ? p_b[q] : 0.0;
+            s_v[u * NP4 + e] = col ? p_v[q] : 0.0;
+        }
+    }
+}
 
 void main() {
-    const int i = int(gl_LocalInvocationID.x);
+    const int tid = int(gl_LocalInvocationID.x);
+    const int i = tid / C, l = tid - (tid / C) * C;
     const int item = pc.item_base + int(gl_WorkGroupID.x);
     const int H = P.H;
     const int s = item / H, h = item - (item / H) * H;
     const ivec4 sq = P.seqs[s];
     const int batch = sq.x, t0 = sq.y, t1 = sq.z;
 
-    float S[N];
-    if (present(SLOT_SIN)) {
-        WKV_FOR_N(j) S[j] = ld_sin(sti(SLOT_SIN, s, h, i, j)); WKV_END
-    } else {
-        WKV_FOR_N(j) S[j] = 0.0; WKV_END
-    }
+    vec4 S[NQ];
+    load_row(S, s, h, i, l);
+    const int ybase = tok(SLOT_Y, batch, 0, h, i), ystep = P.td[SLOT_Y].stride.y;
 
+    if (t0 < t1) prefetch(batch, h, t0, t1);
     for (int tc = t0; tc < t1; tc += TC) {
+        barrier(); /* the previous chunk is done with shared memory */
+        stage();
+        barrier();
+        prefetch(batch, h, tc + TC, t1); /* the next chunk (past the end: the last token again) */
         const int m = min(TC, t1 - tc);
         for (int u = 0; u < m; ++u) {
-            const int t = tc + u, x = u * N + i;
-            float ddw;
-            s_r[x] = ld_r(tok(SLOT_R, batch, t, h, i));
-            s_d[x] = decay_of(ld_w(tok(SLOT_W, batch, t, h, i)), ddw);
-            s_k[x] = ld_k(tok(SLOT_K, batch, t, h, i));
-            s_v[x] = ld_v(tok(SLOT_V, batch, t, h, i));
-            s_a[x] = ld_a(tok(SLOT_A, batch, t, h, i));
-            s_b[x] = ld_b(tok(SLOT_B, batch, t, h, i));
+            const int o = u * NP + l;
+            vec4 acc0 = vec4(0.0), acc1 = vec4(0.0);
+            WKV_FOR_COUNT(q, NQ)
+                if ((q & 1) == 0) acc0 += S[q] * s_a[o + q * C];
+                else acc1 += S[q] * s_a[o + q * C];
+            WKV_END
+            vec4 t4 = acc0 + acc1;
+            const float sa = lane_sum((t4.x + t4.y) + (t4.z + t4.w));
+            const float vi = s_v[u * NP4 + i];
+            vec4 y0 = vec4(0.0), y1 = vec4(0.0);
+            WKV_FOR_COUNT(q, NQ)
+                const int x = o + q * C;
+                S[q] = S[q] * s_d[x] + sa * s_b[x] + vi * s_k[x];
+                if ((q & 1) == 0) y0 += S[q] * s_r[x];
+                else y1 += S[q] * s_r[x];
+            WKV_END
+            t4 = y0 + y1;
+            const float y = lane_sum((t4.x + t4.y) + (t4.z + t4.w));
+            if (l == 0) st_y(ybase + (tc + u) * ystep, y);
         }
-        barrier();
-        for (int u = 0; u < m; ++u) {
-            const int o = u * N;
-            float sa = 0.0;
-            WKV_FOR_N(j) sa += S[j] * s_a[o + j]; WKV_END
-            const float vi = s_v[o + i];
-            float y = 0.0;
-            WKV_FOR_N(j) {
-                S[j] = S[j] * s_d[o + j] + sa * s_b[o + j] + vi * s_k[o + j];
-                y += S[j] * s_r[o + j];
-            } WKV_END
-            st_y(tok(SLOT_Y, batch, tc + u, h, i), y);
-        }
-        barrier();
     }
 
-    if (present(SLOT_SOUT)) {
-        WKV_FOR_N(j) st_sout(sti(SLOT_SOUT, s, h, i, j), S[j]); WKV_END
-    }
+    store_row(S, s, h, i, l);
 }

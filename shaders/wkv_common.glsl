@@ -29,17 +29,25 @@
 // shader invocation after 65535 iterations in total (LP_MAX_TGSI_LOOP_ITERATIONS), silently:
 // unrolled iterations do not count, so blocks cut the count 16-fold. The host refuses problems
 // that would still exceed it on llvmpipe (vk_rwkv7.c, lavapipe_budget).
+// WKV_FOR_COUNT(j, COUNT) is the same over 0..COUNT-1 (COUNT a constant expression).
 #define WKV_BLOCK 16
 #ifdef WKV_ROLLED
-#define WKV_FOR_N(j)                                                     \
-    for (int j##_b = 0; j##_b < N; j##_b += WKV_BLOCK)                   \
+#define WKV_FOR_COUNT(j, COUNT)                                          \
+    for (int j##_b = 0; j##_b < (COUNT); j##_b += WKV_BLOCK)             \
         [[unroll]] for (int j##_u = 0; j##_u < WKV_BLOCK; ++j##_u) {     \
             const int j = j##_b + j##_u;                                 \
-            if (j < N) {
+            if (j < (COUNT)) {
 #define WKV_END }}
 #else
-#define WKV_FOR_N(j) [[unroll]] for (int j = 0; j < N; ++j) {
+#define WKV_FOR_COUNT(j, COUNT) [[unroll]] for (int j = 0; j < (COUNT); ++j) {
 #define WKV_END }
+#endif
+#define WKV_FOR_N(j) WKV_FOR_COUNT(j, N)
+
+// The dtype of a tensor slot. A shader may define WKV_SLOT_DTYPE(slot) before including this
+// file to make it a specialisation constant where the host knows it (no branch per load).
+#ifndef WKV_SLOT_DTYPE
+#define WKV_SLOT_DTYPE(slot) P.td[slot].dtype
 #endif
 
 // Tensor slots: the order of the wkv_view members of wkv_problem (src/backend.h).
@@ -144,7 +152,7 @@ float f16bits_to_f32(int dt, uint bits) {
         NAME##_32;                                                                           \
     WKV_ALIAS16(NAME, SLOT + 1, readonly)                                                    \
     float ld_##NAME(int e) {                                                                 \
-        int dt = P.td[SLOT].dtype;                                                           \
+        int dt = WKV_SLOT_DTYPE(SLOT);                                                       \
         if (dt == DT_F32) return uintBitsToFloat(NAME##_32.w[e]);                            \
         return f16bits_to_f32(dt, WKV_LD16(NAME, e));                                        \
     }
@@ -154,7 +162,7 @@ float f16bits_to_f32(int dt, uint bits) {
     layout(std430, set = 0, binding = SLOT + 1) buffer NAME##_b32 { uint w[]; } NAME##_32;   \
     WKV_ALIAS16(NAME, SLOT + 1, )                                                            \
     void st_##NAME(int e, float x) {                                                         \
-        int dt = P.td[SLOT].dtype;                                                           \
+        int dt = WKV_SLOT_DTYPE(SLOT);                                                       \
         if (dt == DT_F32) {                                                                  \
             NAME##_32.w[e] = floatBitsToUint(x);                                             \
         } else {                                                                             \

@@ -341,6 +341,24 @@ static wkv_status setup_physical(wkv_vk_state* st, wkv_message* msg) {
         return wkv_vk_fail(msg, WKV_ERROR_BACKEND_UNAVAILABLE,
                            "%s allows %u storage buffers per stage; the kernels need 19",
                            st->props.deviceName, lim->maxPerStageDescriptorStorageBuffers);
+    /* Subgroup shuffles in compute shaders (Vulkan 1.1 core, no feature to enable): the
+     * forwards' lanes per state row. WKV_VULKAN_NO_SUBGROUP=1 takes the *_nosg path (tests). */
+    VkPhysicalDeviceSubgroupProperties sg;
+    memset(&sg, 0, sizeof sg);
+    sg.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+    VkPhysicalDeviceProperties2 p2;
+    memset(&p2, 0, sizeof p2);
+    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+    p2.pNext = &sg;
+    st->ifn.vkGetPhysicalDeviceProperties2(st->phys, &p2);
+    st->subgroup_size = (int)sg.subgroupSize;
+    st->subgroup_shuffle = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                           (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) && sg.subgroupSize >= 1 &&
+                           !env_flag("WKV_VULKAN_NO_SUBGROUP");
+    const char* spin = getenv("WKV_VULKAN_SPIN");
+    st->spin_wait = spin && (spin[0] == '0' || spin[0] == '1') && spin[1] == '\0'
+                        ? spin[0] == '1'
+                        : st->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     st->max_n = 0;
     for (int n = 256; n >= 1 && !st->max_n; --n)
         if (wkv_vk_head_size_ok(lim, n)) st->max_n = n;

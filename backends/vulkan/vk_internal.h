@@ -58,8 +58,15 @@ enum { WKV_VK_BINDING_CKPT = 21, WKV_VK_BINDING_REPLAY = 22, WKV_VK_BINDING_PART
 /* The backward's checkpoint interval; shaders/wkv_common.glsl WKV_K. */
 enum { WKV_VK_K = 32 };
 
+/* A pipeline's specialisation: head size, tokens per chunk (forwards), lanes per state row
+ * (forwards), per-token dtype (forwards; -1: read per slot at run time). */
+typedef struct vkw_spec {
+    int n, tc, lanes, dtype;
+} vkw_spec;
+
 typedef struct vkw_pipeline {
-    int kernel, n, tc;
+    int kernel;
+    vkw_spec spec;
     VkPipeline pipeline;
 } vkw_pipeline;
 
@@ -88,6 +95,9 @@ typedef struct wkv_vk_state {
     int storage16; /* 16-bit storage enabled: the *_s16 shader variants */
     int max_n;     /* largest head size the limits allow */
     int rolled;    /* the *_rolled shader variants (CPU implementations; WKV_VULKAN_ROLLED) */
+    int spin_wait; /* fence waits spin on vkGetFenceStatus (GPUs; WKV_VULKAN_SPIN) */
+    int subgroup_shuffle; /* compute shaders have subgroupShuffleXor (else the *_nosg forwards) */
+    int subgroup_size;
 
     VkCommandPool cmd_pool;
     VkCommandBuffer cmd;
@@ -164,8 +174,10 @@ wkv_status wkv_vk_buffer_read(void* state, void* buffer, uint64_t offset, void* 
 /* vk_pipeline.c */
 wkv_status wkv_vk_kernels_create(wkv_vk_state* st, wkv_message* msg);
 void wkv_vk_kernels_destroy(wkv_vk_state* st);
-/* The pipeline of kernel for head size n (and tokens per chunk tc, forward), created on first use. */
-wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, int n, int tc, VkPipeline* out, wkv_message* msg);
+/* The pipeline of kernel for a specialisation, created on first use. */
+wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, vkw_spec spec, VkPipeline* out, wkv_message* msg);
+/* The specialisation of kernels that take only the head size n (0: none). */
+vkw_spec wkv_vk_spec_n(int n);
 /* Descriptor sets for one op: `count` sets of kernel's layout, then (last_kernel >= 0) one set of
  * last_kernel's layout at out[count] (the pool is reset first). */
 wkv_status wkv_vk_descriptor_sets(wkv_vk_state* st, int kernel, uint32_t count, int last_kernel,
@@ -232,7 +244,7 @@ wkv_status wkv_vk_rwkv7_workspace_size(wkv_vk_state* st, const wkv_problem* p, s
 wkv_status wkv_vk_rwkv4_forward(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg);
 wkv_status wkv_vk_rwkv4_backward(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg);
 wkv_status wkv_vk_rwkv4_workspace_size(wkv_vk_state* st, const wkv_problem* p, size_t* out, wkv_message* msg);
-/* Tokens per shared-memory chunk of the forward for head size n. */
-int wkv_vk_forward_tc(const VkPhysicalDeviceLimits* lim, int64_t n);
+/* The forward's specialisation for p: lanes per row, tokens per chunk, dtype (vk_rwkv7.c). */
+vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p);
 
 #endif

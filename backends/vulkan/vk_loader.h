@@ -21,6 +21,7 @@
     X(vkEnumeratePhysicalDevices)               \
     X(vkGetPhysicalDeviceProperties)            \
     X(vkGetPhysicalDeviceFeatures2)             \
+    X(vkGetPhysicalDeviceProperties2)           \
     X(vkGetPhysicalDeviceQueueFamilyProperties) \
     X(vkGetPhysicalDeviceMemoryProperties)      \
     X(vkEnumerateDeviceExtensionProperties)     \
@@ -73,6 +74,7 @@
     X(vkCreateFence)                            \
     X(vkDestroyFence)                           \
     X(vkWaitForFences)                          \
+    X(vkGetFenceStatus)                         \
     X(vkResetFences)                            \
     X(vkDeviceWaitIdle)
 

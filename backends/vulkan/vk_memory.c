@@ -141,7 +141,16 @@ wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg) {
         return wkv_vk_result(msg, VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected fault: WKV_FAULT=device_lost)");
     if ((r = st->fn.vkQueueSubmit(st->queue, 1, &si, st->fence)) != VK_SUCCESS)
         return wkv_vk_result(msg, r, "vkQueueSubmit");
-    r = st->fn.vkWaitForFences(st->device, 1, &st->fence, VK_TRUE, UINT64_MAX);
+    r = VK_NOT_READY;
+    /* A GPU's driver may put a blocking vkWaitForFences to sleep and wake it well after the
+     * fence signals (NVIDIA's: tens of microseconds per call, more for long waits), which is
+     * most of a decode step's time. So on a GPU the wait spins on the fence status, as CUDA's
+     * default synchronisation does; on a CPU implementation (lavapipe) spinning would take a
+     * core from the threads doing the work, so it blocks. WKV_VULKAN_SPIN=0|1 overrides. */
+    if (st->spin_wait)
+        while ((r = st->fn.vkGetFenceStatus(st->device, st->fence)) == VK_NOT_READY) {
+        }
+    if (r == VK_NOT_READY) r = st->fn.vkWaitForFences(st->device, 1, &st->fence, VK_TRUE, UINT64_MAX);
     VkResult r2 = st->fn.vkResetFences(st->device, 1, &st->fence);
     if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkWaitForFences");
     if (r2 != VK_SUCCESS) return wkv_vk_result(msg, r2, "vkResetFences");

@@ -1,7 +1,8 @@
 /* Kernels (shader module + descriptor-set layout + pipeline layout) and their pipelines, one
- * per (kernel, head size N, tokens per chunk TC): N and TC are specialisation constants of
- * the one SPIR-V module of the kernel, and the module is the *_s16 variant when the device
- * has 16-bit storage. Pipelines are created on first use and kept for the context's life. */
+ * per (kernel, specialisation: head size N; for the forwards also tokens per chunk, lanes per
+ * row and dtype), all specialisation constants of the one SPIR-V module of the kernel; the
+ * module is the *_s16 variant when the device has 16-bit storage (*_nosg for the forwards on
+ * a device without subgroup shuffles). Pipelines are created on first use and kept for the context's life. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,10 @@ wkv_status wkv_vk_kernels_create(wkv_vk_state* st, wkv_message* msg) {
         const kernel_def* d = &k_kernels[k];
         vkw_kernel* kern = &st->kernels[k];
         char name[64];
-        snprintf(name, sizeof name, "%s%s%s", d->shader, st->storage16 ? "_s16" : "", rolled ? "_rolled" : "");
+        if (!st->subgroup_shuffle && (k == WKV_VK_KERNEL_RWKV7_FWD || k == WKV_VK_KERNEL_RWKV6_FWD))
+            snprintf(name, sizeof name, "%s_nosg", d->shader); /* 32-bit words: any device */
+        else
+            snprintf(name, sizeof name, "%s%s%s", d->shader, st->storage16 ? "_s16" : "", rolled ? "_rolled" : "");
         const wkv_vk_spirv* spv = find_spirv(name);
         if (!spv) return wkv_vk_fail(msg, WKV_ERROR_INTERNAL, "shader %s is not embedded", name);
 
@@ -114,10 +118,16 @@ void wkv_vk_kernels_destroy(wkv_vk_state* st) {
     }
 }
 
-wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, int n, int tc, VkPipeline* out, wkv_message* msg) {
+vkw_spec wkv_vk_spec_n(int n) {
+    vkw_spec s = {n, 0, 1, -1};
+    return s;
+}
+
+wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, vkw_spec sp, VkPipeline* out, wkv_message* msg) {
     for (size_t i = 0; i < st->num_pipelines; ++i) {
         const vkw_pipeline* p = &st->pipelines[i];
-        if (p->kernel == kernel && p->n == n && p->tc == tc) {
+        if (p->kernel == kernel && p->spec.n == sp.n && p->spec.tc == sp.tc && p->spec.lanes == sp.lanes &&
+            p->spec.dtype == sp.dtype) {
             *out = p->pipeline;
             return WKV_OK;
         }
@@ -129,19 +139,20 @@ wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, int n, int tc, VkPipeli
         st->pipelines = grown;
         st->cap_pipelines = cap;
     }
-    int32_t values[2] = {n, tc};
-    VkSpecializationMapEntry entries[2];
-    for (uint32_t i = 0; i < 2; ++i) {
+    /* constant_id 0..4: N, TC, C (lanes per row), WG = N * C (the forwards' workgroup size),
+     * DT. The backward shaders use only 0 (N, also their workgroup size), RWKV-4 and reduce
+     * none: an entry for an absent constant ID is ignored. */
+    int32_t values[5] = {sp.n, sp.tc, sp.lanes, sp.n * sp.lanes, sp.dtype};
+    VkSpecializationMapEntry entries[5];
+    for (uint32_t i = 0; i < 5; ++i) {
         entries[i].constantID = i;
         entries[i].offset = i * 4;
         entries[i].size = 4;
     }
     VkSpecializationInfo spec;
-    /* N (and TC for the matrix forwards); the RWKV-4 and reduce shaders have a fixed
-     * workgroup size and no constants: an entry for an absent constant ID is ignored. */
-    spec.mapEntryCount = kernel == WKV_VK_KERNEL_RWKV7_FWD || kernel == WKV_VK_KERNEL_RWKV6_FWD ? 2 : 1;
+    spec.mapEntryCount = 5;
     spec.pMapEntries = entries;
-    spec.dataSize = spec.mapEntryCount * 4;
+    spec.dataSize = sizeof values;
     spec.pData = values;
     VkComputePipelineCreateInfo ci;
     memset(&ci, 0, sizeof ci);
@@ -157,8 +168,7 @@ wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, int n, int tc, VkPipeli
     if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkCreateComputePipelines");
     vkw_pipeline* p = &st->pipelines[st->num_pipelines++];
     p->kernel = kernel;
-    p->n = n;
-    p->tc = tc;
+    p->spec = sp;
     p->pipeline = pipe;
     *out = pipe;
     return WKV_OK;

@@ -59,7 +59,7 @@ wkv_status wkv_vk_rwkv4_forward(wkv_vk_state* st, const wkv_problem* p, wkv_mess
     static const int outs[] = {S_Y, S_SOUT};
     const int kernel = WKV_VK_KERNEL_RWKV4_FWD;
     VkPipeline pipe;
-    if ((s = wkv_vk_pipeline(st, kernel, 0, 0, &pipe, msg))) return s;
+    if ((s = wkv_vk_pipeline(st, kernel, wkv_vk_spec_n(0), &pipe, msg))) return s;
     op_plan op;
     if ((s = wkv_vk_prepare(st, p, &op, ins, 5, outs, 2, NULL, msg))) return s;
     VkDescriptorSet set;
@@ -135,8 +135,8 @@ wkv_status wkv_vk_rwkv4_backward(wkv_vk_state* st, const wkv_problem* p, wkv_mes
     VkBuffer ws;
     op_plan op;
     VkDescriptorSet sets[2];
-    if ((s = wkv_vk_pipeline(st, kernel, 0, 0, &pipe, msg))) goto done;
-    if ((s = wkv_vk_pipeline(st, WKV_VK_KERNEL_REDUCE, 0, 0, &reduce, msg))) goto done;
+    if ((s = wkv_vk_pipeline(st, kernel, wkv_vk_spec_n(0), &pipe, msg))) goto done;
+    if ((s = wkv_vk_pipeline(st, WKV_VK_KERNEL_REDUCE, wkv_vk_spec_n(0), &reduce, msg))) goto done;
     if (p->workspace_mem.buffer) {
         ws = ((const vkw_buffer*)p->workspace_mem.buffer)->buffer;
     } else {

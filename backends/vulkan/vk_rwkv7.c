@@ -63,9 +63,53 @@ static wkv_status lavapipe_budget(const wkv_vk_state* st, const wkv_problem* p, 
                        "sequence or use another device", (long long)longest, (long long)p->N, (long long)count);
 }
 
-int wkv_vk_forward_tc(const VkPhysicalDeviceLimits* lim, int64_t n) {
-    int64_t tc = (int64_t)lim->maxComputeSharedMemorySize / (24 * n);
-    return (int)(tc < 1 ? 1 : tc > 16 ? 16 : tc);
+static int env_int(const char* name, int fallback) {
+    const char* v = getenv(name);
+    if (!v || !*v) return fallback;
+    char* end = NULL;
+    long x = strtol(v, &end, 10);
+    return end && *end == '\0' && x > 0 && x <= 1024 ? (int)x : fallback;
+}
+
+/* The forward's shape (shaders/wkv_rows.glsl). Lanes per state row C: the per-token chain of
+ * dependent steps bounds the kernel, so with few (sequence, head) items it pays to give each
+ * row C lanes (C times the warps, 1/C of the instructions per token per warp, two more
+ * shuffle levels per reduction); with many items one lane per row keeps the arithmetic
+ * minimal. Thresholds (threads = items x N) were set on the H100 (NOTES.md); at least N/64
+ * lanes so that a lane holds at most 64 state floats in registers; at most the subgroup size
+ * and the workgroup limits. WKV_VULKAN_LANES forces C (tests, tuning). Tokens per chunk TC:
+ * about 8 x C (about 8 staged values per vector per invocation), within shared memory, no
+ * more than the longest sequence needs. DT: one specialised dtype when every per-token tensor
+ * (and u) has it. */
+vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p) {
+    const VkPhysicalDeviceLimits* lim = &st->props.limits;
+    const int64_t N = p->N, items = p->num_seqs * p->H, threads = items * N;
+    int c = 1;
+    if (st->subgroup_shuffle) {
+        c = threads <= 16384 ? 4 : threads <= 65536 ? 2 : 1;
+        while ((int64_t)c * 64 < N) c *= 2;
+        c = env_int("WKV_VULKAN_LANES", c);
+        int pow2 = 1;
+        while (pow2 * 2 <= c) pow2 *= 2;
+        c = pow2;
+        while (c > 1 && (c > st->subgroup_size || (uint64_t)(N * c) > lim->maxComputeWorkGroupInvocations ||
+                         (uint64_t)(N * c) > lim->maxComputeWorkGroupSize[0]))
+            c /= 2;
+    }
+    const int64_t n4 = (N + 3) / 4, np4 = (n4 + c - 1) / c * c * 4;
+    int64_t tc = env_int("WKV_VULKAN_TC", 8 * c);
+    while (tc > 1 && 24 * tc * np4 > (int64_t)lim->maxComputeSharedMemorySize) tc /= 2;
+    const int64_t longest = wkv_vk_longest(p);
+    while (tc > 1 && tc / 2 >= longest) tc /= 2;
+    const wkv_view* tok[] = {&p->r, &p->w, &p->k, &p->v, &p->a, &p->b, &p->u, &p->y};
+    int dt = -2;
+    for (size_t i = 0; i < sizeof tok / sizeof tok[0]; ++i) {
+        if (!tok[i]->data) continue;
+        if (dt == -2) dt = (int)tok[i]->elem;
+        else if (dt != (int)tok[i]->elem) dt = -1;
+    }
+    vkw_spec sp = {(int)N, (int)(tc < 1 ? 1 : tc), c, dt < 0 ? -1 : dt};
+    return sp;
 }
 
 /* ------------------------------------------------------------------------------ forward */
@@ -79,9 +123,8 @@ wkv_status wkv_vk_rwkv7_forward(wkv_vk_state* st, const wkv_problem* p, wkv_mess
     static const int outs[] = {S_Y, S_SOUT};
     const int r6 = p->op == WKV_OP_RWKV6;
     const int kernel = r6 ? WKV_VK_KERNEL_RWKV6_FWD : WKV_VK_KERNEL_RWKV7_FWD;
-    const int tc = wkv_vk_forward_tc(&st->props.limits, p->N);
     VkPipeline pipe;
-    if ((s = wkv_vk_pipeline(st, kernel, (int)p->N, tc, &pipe, msg))) return s;
+    if ((s = wkv_vk_pipeline(st, kernel, wkv_vk_forward_spec(st, p), &pipe, msg))) return s;
     op_plan op;
     if ((s = wkv_vk_prepare(st, p, &op, r6 ? ins6 : ins7, r6 ? 6 : 7, outs, 2, NULL, msg))) return s;
     VkDescriptorSet set;
@@ -219,8 +262,8 @@ wkv_status wkv_vk_rwkv7_backward(wkv_vk_state* st, const wkv_problem* p, wkv_mes
     const int r6 = p->op == WKV_OP_RWKV6;
     const int kernel = r6 ? WKV_VK_KERNEL_RWKV6_BWD : WKV_VK_KERNEL_RWKV7_BWD;
     VkPipeline pipe, reduce = VK_NULL_HANDLE;
-    if ((s = wkv_vk_pipeline(st, kernel, (int)p->N, 0, &pipe, msg))) goto done;
-    if (r6 && (s = wkv_vk_pipeline(st, WKV_VK_KERNEL_REDUCE, 0, 0, &reduce, msg))) goto done;
+    if ((s = wkv_vk_pipeline(st, kernel, wkv_vk_spec_n((int)p->N), &pipe, msg))) goto done;
+    if (r6 && (s = wkv_vk_pipeline(st, WKV_VK_KERNEL_REDUCE, wkv_vk_spec_n(0), &reduce, msg))) goto done;
     /* the workspace: the caller's wkv_buffer, or device scratch of ours */
     VkBuffer ws;
     if (p->workspace_mem.buffer) {
