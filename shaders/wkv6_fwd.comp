@@ -37,15 +37,18 @@ shared float s_v[TC * NP4];
 
 float p_r[NL], p_w[NL], p_k[NL], p_v[NL];
 
-void prefetch(int batch, int h, int tc, int t1) {
+TokAt A_r, A_w, A_k, A_v; // set once in main()
+int form_; // P.form, read once
+
+void prefetch(int tc, int t1) {
     [[unroll]] for (int q = 0; q < NL; ++q) {
         int uu, e;
         staged_slot(q, uu, e);
         const int t = min(tc + uu, t1 - 1); /* in range: loads are never under a branch */
-        p_r[q] = ld_r(tok_clamped(SLOT_R, batch, t, h, e));
-        p_w[q] = ld_w(tok_clamped(SLOT_W, batch, t, h, e));
-        p_k[q] = ld_k(tok_clamped(SLOT_K, batch, t, h, e));
-        p_v[q] = ld_v(tok_clamped(SLOT_V, batch, t, h, e));
+        p_r[q] = ld_r(at(A_r, t, e));
+        p_w[q] = ld_w(at(A_w, t, e));
+        p_k[q] = ld_k(at(A_k, t, e));
+        p_v[q] = ld_v(at(A_v, t, e));
     }
 }
 
@@ -58,7 +61,7 @@ void stage() {
             const int x = uu * NP + (e >> 2), c = e & 3;
             float ddw;
             s_r[x][c] = col ? p_r[q] : 0.0;
-            s_d[x][c] = col ? decay_of(p_w[q], ddw) : 0.0;
+            s_d[x][c] = col ? decay_of_form(p_w[q], form_, ddw) : 0.0;
             s_k[x][c] = col ? p_k[q] : 0.0;
             s_v[uu * NP4 + e] = col ? p_v[q] : 0.0;
         }
@@ -76,23 +79,29 @@ void main() {
 
     vec4 S[NQ], U[NQ];
     load_row(S, s, h, i, l);
+    const int ubase = tok(SLOT_U, 0, 0, h, 0), un = P.td[SLOT_U].stride.w;
     WKV_FOR_COUNT(q, NQ)
         const int c0 = (q * C + l) * 4;
         vec4 x;
-        x.x = ld_u(tok_clamped(SLOT_U, 0, 0, h, c0 + 0));
-        x.y = ld_u(tok_clamped(SLOT_U, 0, 0, h, c0 + 1));
-        x.z = ld_u(tok_clamped(SLOT_U, 0, 0, h, c0 + 2));
-        x.w = ld_u(tok_clamped(SLOT_U, 0, 0, h, c0 + 3));
+        x.x = ld_u(ubase + un * min(N - 1, c0 + 0));
+        x.y = ld_u(ubase + un * min(N - 1, c0 + 1));
+        x.z = ld_u(ubase + un * min(N - 1, c0 + 2));
+        x.w = ld_u(ubase + un * min(N - 1, c0 + 3));
         U[q] = x; /* padding columns: k and r are zero there */
     WKV_END
     const int ybase = tok(SLOT_Y, batch, 0, h, i), ystep = P.td[SLOT_Y].stride.y;
+    A_r = tok_at(SLOT_R, batch, h);
+    A_w = tok_at(SLOT_W, batch, h);
+    A_k = tok_at(SLOT_K, batch, h);
+    A_v = tok_at(SLOT_V, batch, h);
+    form_ = P.form;
 
-    if (t0 < t1) prefetch(batch, h, t0, t1);
+    if (t0 < t1) prefetch(t0, t1);
     for (int tc = t0; tc < t1; tc += TC) {
         barrier(); /* the previous chunk is done with shared memory */
         stage();
         barrier();
-        prefetch(batch, h, tc + TC, t1); /* the next chunk (past the end: the last token again) */
+        prefetch(tc + TC, t1); /* the next chunk (past the end: the last token again) */
         const int m = min(TC, t1 - tc);
         for (int uu = 0; uu < m; ++uu) {
             const int o = uu * NP + l;

@@ -41,17 +41,20 @@ shared float s_v[TC * NP4];
 // One chunk's staged values in registers (this invocation's NL slots of each vector).
 float p_r[NL], p_w[NL], p_k[NL], p_v[NL], p_a[NL], p_b[NL];
 
-void prefetch(int batch, int h, int tc, int t1) {
+TokAt A_r, A_w, A_k, A_v, A_a, A_b; // set once in main()
+int form_; // P.form, read once
+
+void prefetch(int tc, int t1) {
     [[unroll]] for (int q = 0; q < NL; ++q) {
         int u, e;
         staged_slot(q, u, e);
         const int t = min(tc + u, t1 - 1); /* in range: loads are never under a branch */
-        p_r[q] = ld_r(tok_clamped(SLOT_R, batch, t, h, e));
-        p_w[q] = ld_w(tok_clamped(SLOT_W, batch, t, h, e));
-        p_k[q] = ld_k(tok_clamped(SLOT_K, batch, t, h, e));
-        p_v[q] = ld_v(tok_clamped(SLOT_V, batch, t, h, e));
-        p_a[q] = ld_a(tok_clamped(SLOT_A, batch, t, h, e));
-        p_b[q] = ld_b(tok_clamped(SLOT_B, batch, t, h, e));
+        p_r[q] = ld_r(at(A_r, t, e));
+        p_w[q] = ld_w(at(A_w, t, e));
+        p_k[q] = ld_k(at(A_k, t, e));
+        p_v[q] = ld_v(at(A_v, t, e));
+        p_a[q] = ld_a(at(A_a, t, e));
+        p_b[q] = ld_b(at(A_b, t, e));
     }
 }
 
@@ -64,7 +67,7 @@ void stage() {
             const int x = u * NP + (e >> 2), c = e & 3;
             float ddw;
             s_r[x][c] = col ? p_r[q] : 0.0;
-            s_d[x][c] = col ? decay_of(p_w[q], ddw) : 0.0;
+            s_d[x][c] = col ? decay_of_form(p_w[q], form_, ddw) : 0.0;
             s_k[x][c] = col ? p_k[q] : 0.0;
             s_a[x][c] = col ? p_a[q] : 0.0;
             s_b[x][c] = col ? p_b[q] : 0.0;
@@ -85,13 +88,20 @@ void main() {
     vec4 S[NQ];
     load_row(S, s, h, i, l);
     const int ybase = tok(SLOT_Y, batch, 0, h, i), ystep = P.td[SLOT_Y].stride.y;
+    A_r = tok_at(SLOT_R, batch, h);
+    A_w = tok_at(SLOT_W, batch, h);
+    A_k = tok_at(SLOT_K, batch, h);
+    A_v = tok_at(SLOT_V, batch, h);
+    A_a = tok_at(SLOT_A, batch, h);
+    A_b = tok_at(SLOT_B, batch, h);
+    form_ = P.form;
 
-    if (t0 < t1) prefetch(batch, h, t0, t1);
+    if (t0 < t1) prefetch(t0, t1);
     for (int tc = t0; tc < t1; tc += TC) {
         barrier(); /* the previous chunk is done with shared memory */
         stage();
         barrier();
-        prefetch(batch, h, tc + TC, t1); /* the next chunk (past the end: the last token again) */
+        prefetch(tc + TC, t1); /* the next chunk (past the end: the last token again) */
         const int m = min(TC, t1 - tc);
         for (int u = 0; u < m; ++u) {
             const int o = u * NP + l;

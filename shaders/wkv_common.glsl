@@ -172,13 +172,20 @@ float f16bits_to_f32(int dt, uint bits) {
     }
 
 // A float32 state tensor (never 16-bit): read-only or read-write words.
+// ld4_NAME / st4_NAME: four consecutive elements from element e, a multiple of 4 (one 16-byte
+// access; the caller checks the alignment and that all four are inside the tensor).
 #define WKV_STATE_IN(NAME, SLOT)                                                             \
     layout(std430, set = 0, binding = SLOT + 1) readonly buffer NAME##_b32 { uint w[]; }     \
         NAME##_32;                                                                           \
-    float ld_##NAME(int e) { return uintBitsToFloat(NAME##_32.w[e]); }
+    layout(std430, set = 0, binding = SLOT + 1) readonly buffer NAME##_b128 { uvec4 q[]; }   \
+        NAME##_128;                                                                          \
+    float ld_##NAME(int e) { return uintBitsToFloat(NAME##_32.w[e]); }                       \
+    vec4 ld4_##NAME(int e) { return uintBitsToFloat(NAME##_128.q[e >> 2]); }
 #define WKV_STATE_OUT(NAME, SLOT)                                                            \
     layout(std430, set = 0, binding = SLOT + 1) buffer NAME##_b32 { uint w[]; } NAME##_32;   \
-    void st_##NAME(int e, float x) { NAME##_32.w[e] = floatBitsToUint(x); }
+    layout(std430, set = 0, binding = SLOT + 1) buffer NAME##_b128 { uvec4 q[]; } NAME##_128; \
+    void st_##NAME(int e, float x) { NAME##_32.w[e] = floatBitsToUint(x); }                  \
+    void st4_##NAME(int e, vec4 x) { NAME##_128.q[e >> 2] = floatBitsToUint(x); }
 
 bool present(int slot) { return P.td[slot].present != 0; }
 
@@ -198,8 +205,7 @@ int sti(int slot, int s, int h, int i, int j) {
 const float CLAMPW_SCALE = 0.60653065971263342;
 
 // decay from w for the call's form, and d decay / d w (as backends/cpu/cpu_internal.h).
-float decay_of(float w, out float ddw) {
-    int form = P.form;
+float decay_of_form(float w, int form, out float ddw) {
     if (form == FORM_DIRECT) {
         ddw = 1.0;
         return w;
@@ -223,3 +229,5 @@ float decay_of(float w, out float ddw) {
     ddw = -CLAMPW_SCALE * (z * inv * inv) * d;
     return d;
 }
+
+float decay_of(float w, out float ddw) { return decay_of_form(w, P.form, ddw); }

@@ -46,34 +46,68 @@ void staged_slot(int k, out int u, out int e) {
     e = g - u * NP4;
 }
 
-// Element index of (batch, t, h, column e) of a per-token slot, e clamped into the row.
-int tok_clamped(int slot, int b, int t, int h, int e) { return tok(slot, b, t, h, min(e, N - 1)); }
+// A per-token slot's addressing for one (batch, head), read from the parameter block once:
+// the compiler cannot keep parameter-block reads in registers across the loop (the output
+// bindings might alias it), and a reload per element is a load instruction per element.
+struct TokAt {
+    int base; // element (batch, 0, h, 0)
+    int st;   // stride over t
+    int sn;   // stride over the column
+};
 
-// The state row of (s, h, i) into this lane's registers (zeros without state_in). Columns
-// past N are zero.
-void load_row(out vec4 S[NQ], int s, int h, int i, int l) {
-    const bool have = present(SLOT_SIN);
-    WKV_FOR_COUNT(m, NQ)
-        const int c0 = (m * C + l) * 4;
-        vec4 x;
-        x.x = ld_sin(sti(SLOT_SIN, s, h, i, min(c0 + 0, N - 1)));
-        x.y = ld_sin(sti(SLOT_SIN, s, h, i, min(c0 + 1, N - 1)));
-        x.z = ld_sin(sti(SLOT_SIN, s, h, i, min(c0 + 2, N - 1)));
-        x.w = ld_sin(sti(SLOT_SIN, s, h, i, min(c0 + 3, N - 1)));
-        S[m] = have ? vec4(c0 + 0 < N ? x.x : 0.0, c0 + 1 < N ? x.y : 0.0, c0 + 2 < N ? x.z : 0.0,
-                           c0 + 3 < N ? x.w : 0.0)
-                    : vec4(0.0);
-    WKV_END
+TokAt tok_at(int slot, int b, int h) {
+    TokAt a;
+    a.base = tok(slot, b, 0, h, 0);
+    a.st = P.td[slot].stride.y;
+    a.sn = P.td[slot].stride.w;
+    return a;
 }
 
-// This lane's columns of the state row back to state_out (when present).
+// Element index of (t, column e) with e clamped into the row (padding columns load column N-1).
+int at(TokAt a, int t, int e) { return a.base + t * a.st + min(e, N - 1) * a.sn; }
+
+// The state row of (s, h, i) into this lane's registers (zeros without state_in): 16-byte
+// loads when the row is contiguous and aligned, else one element at a time. Columns past N
+// are zero.
+void load_row(out vec4 S[NQ], int s, int h, int i, int l) {
+    const bool have = present(SLOT_SIN);
+    const int e0 = sti(SLOT_SIN, s, h, i, 0), sj = P.td[SLOT_SIN].stride.w;
+    if (N % 4 == 0 && sj == 1 && (e0 & 3) == 0) {
+        WKV_FOR_COUNT(m, NQ)
+            const int c0 = min((m * C + l) * 4, N - 4);
+            S[m] = have && (m * C + l) * 4 < N ? ld4_sin(e0 + c0) : vec4(0.0);
+        WKV_END
+    } else {
+        WKV_FOR_COUNT(m, NQ)
+            const int c0 = (m * C + l) * 4;
+            vec4 x;
+            x.x = ld_sin(e0 + min(c0 + 0, N - 1) * sj);
+            x.y = ld_sin(e0 + min(c0 + 1, N - 1) * sj);
+            x.z = ld_sin(e0 + min(c0 + 2, N - 1) * sj);
+            x.w = ld_sin(e0 + min(c0 + 3, N - 1) * sj);
+            S[m] = have ? vec4(c0 + 0 < N ? x.x : 0.0, c0 + 1 < N ? x.y : 0.0, c0 + 2 < N ? x.z : 0.0,
+                               c0 + 3 < N ? x.w : 0.0)
+                        : vec4(0.0);
+        WKV_END
+    }
+}
+
+// This lane's columns of the state row back to state_out (when present), as load_row.
 void store_row(in vec4 S[NQ], int s, int h, int i, int l) {
     if (!present(SLOT_SOUT)) return;
-    WKV_FOR_COUNT(m, NQ)
-        const int c0 = (m * C + l) * 4;
-        if (c0 + 0 < N) st_sout(sti(SLOT_SOUT, s, h, i, c0 + 0), S[m].x);
-        if (c0 + 1 < N) st_sout(sti(SLOT_SOUT, s, h, i, c0 + 1), S[m].y);
-        if (c0 + 2 < N) st_sout(sti(SLOT_SOUT, s, h, i, c0 + 2), S[m].z);
-        if (c0 + 3 < N) st_sout(sti(SLOT_SOUT, s, h, i, c0 + 3), S[m].w);
-    WKV_END
+    const int e0 = sti(SLOT_SOUT, s, h, i, 0), sj = P.td[SLOT_SOUT].stride.w;
+    if (N % 4 == 0 && sj == 1 && (e0 & 3) == 0) {
+        WKV_FOR_COUNT(m, NQ)
+            const int c0 = (m * C + l) * 4;
+            if (c0 < N) st4_sout(e0 + c0, S[m]);
+        WKV_END
+    } else {
+        WKV_FOR_COUNT(m, NQ)
+            const int c0 = (m * C + l) * 4;
+            if (c0 + 0 < N) st_sout(e0 + (c0 + 0) * sj, S[m].x);
+            if (c0 + 1 < N) st_sout(e0 + (c0 + 1) * sj, S[m].y);
+            if (c0 + 2 < N) st_sout(e0 + (c0 + 2) * sj, S[m].z);
+            if (c0 + 3 < N) st_sout(e0 + (c0 + 3) * sj, S[m].w);
+        WKV_END
+    }
 }

@@ -73,9 +73,11 @@ static int env_int(const char* name, int fallback) {
 
 /* The forward's shape (shaders/wkv_rows.glsl). Lanes per state row C: the per-token chain of
  * dependent steps bounds the kernel, so with few (sequence, head) items it pays to give each
- * row C lanes (C times the warps, 1/C of the instructions per token per warp, two more
- * shuffle levels per reduction); with many items one lane per row keeps the arithmetic
- * minimal. Thresholds (threads = items x N) were set on the H100 (NOTES.md); at least N/64
+ * row C lanes (C times the warps, 1/C of the instructions per token per warp, one more
+ * shuffle level per reduction and doubling); with many items one lane per row keeps the
+ * arithmetic minimal. Decode (a few tokens) is the state's load and store: 8 lanes make each
+ * row's 16-byte loads one contiguous 128-byte line. Thresholds (threads = items x N) were
+ * set on the H100 (NOTES.md); at least N/64
  * lanes so that a lane holds at most 64 state floats in registers; at most the subgroup size
  * and the workgroup limits. WKV_VULKAN_LANES forces C (tests, tuning). Tokens per chunk TC:
  * about 8 x C (about 8 staged values per vector per invocation), within shared memory, no
@@ -86,7 +88,8 @@ vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p) {
     const int64_t N = p->N, items = p->num_seqs * p->H, threads = items * N;
     int c = 1;
     if (st->subgroup_shuffle) {
-        c = threads <= 16384 ? 4 : threads <= 65536 ? 2 : 1;
+        const int64_t longest = wkv_vk_longest(p);
+        c = longest <= 4 ? 8 : threads <= 65536 ? 2 : 1;
         while ((int64_t)c * 64 < N) c *= 2;
         c = env_int("WKV_VULKAN_LANES", c);
         int pow2 = 1;
