@@ -497,6 +497,7 @@ wkv_status wkv_vk_create(const wkv_backend_create_args* args, void** out_state, 
     st->fault = fault;
     atomic_init(&st->validation_count, 0ull);
     st->validation = env_flag("WKV_VULKAN_VALIDATION");
+    st->params_direct = 1;
     const wkv_vulkan_guest_options* guest =
         args->struct_size >= offsetof(wkv_backend_create_args, guest) + sizeof(args->guest)
             ? (const wkv_vulkan_guest_options*)args->guest
@@ -540,6 +541,7 @@ void wkv_vk_destroy(void* state) {
         vkw_buffer_destroy(st, &st->mirror);
         vkw_buffer_destroy(st, &st->scratch);
         vkw_buffer_destroy(st, &st->dummy);
+        vkw_buffer_destroy(st, &st->params);
         if (st->desc_pool) st->fn.vkDestroyDescriptorPool(st->device, st->desc_pool, NULL);
         vkw_buffer_destroy(st, &st->rec_staging);
         vkw_buffer_destroy(st, &st->rec_mirror);

@@ -59,9 +59,10 @@ enum { WKV_VK_BINDING_CKPT = 21, WKV_VK_BINDING_REPLAY = 22, WKV_VK_BINDING_PART
 enum { WKV_VK_K = 32 };
 
 /* A pipeline's specialisation: head size, tokens per chunk (forwards), lanes per state row
- * (forwards), per-token dtype (forwards; -1: read per slot at run time). */
+ * (forwards), per-token dtype (forwards; -1: read per slot at run time), rows per invocation
+ * (forwards). */
 typedef struct vkw_spec {
-    int n, tc, lanes, dtype;
+    int n, tc, lanes, dtype, rows; /* rows: state rows per invocation (forwards) */
 } vkw_spec;
 
 typedef struct vkw_pipeline {
@@ -112,6 +113,11 @@ typedef struct wkv_vk_state {
     /* Cached, grown on demand: host-visible staging, its device mirror for host tensors and
      * the parameter block, device scratch for a host-memory workspace, a 16-byte dummy. */
     vkw_buffer staging, mirror, scratch, dummy;
+    /* The parameter block of a call without host tensors, written in place (no copy, no
+     * barrier) when the device has host-visible device-local memory; params_direct = 0 once
+     * it turned out not to. */
+    vkw_buffer params;
+    int params_direct;
 
     /* Guest mode (wkv_vulkan.h): instance and device are the host's (never destroyed here);
      * g points at guest_g when the host gave its vkGetInstanceProcAddr. */
@@ -154,7 +160,8 @@ wkv_status wkv_vk_buffer_import(wkv_vk_state* st, uint64_t vk_buffer, uint64_t s
 int wkv_vk_head_size_ok(const VkPhysicalDeviceLimits* lim, int64_t n);
 
 /* vk_memory.c */
-enum { WKV_VK_DEVICE_LOCAL = 0, WKV_VK_HOST_VISIBLE = 1 };
+/* HOST_DEVICE: host-visible, coherent and device-local (a GPU's BAR memory), or nothing. */
+enum { WKV_VK_DEVICE_LOCAL = 0, WKV_VK_HOST_VISIBLE = 1, WKV_VK_HOST_DEVICE = 2 };
 wkv_status vkw_buffer_create(wkv_vk_state* st, VkDeviceSize bytes, int where, vkw_buffer* out, wkv_message* msg);
 void vkw_buffer_destroy(wkv_vk_state* st, vkw_buffer* b);
 /* Makes a cached buffer at least `bytes` big (contents are lost when it grows). */
@@ -213,7 +220,8 @@ typedef struct slot_plan {
 typedef struct op_plan {
     slot_plan slot[WKV_PROBLEM_VIEWS];
     int64_t S;
-    uint64_t params_bytes, total; /* staging / mirror layout */
+    uint64_t params_bytes, total; /* staging / mirror layout (total 0: nothing to copy) */
+    VkBuffer params_buffer;       /* where the parameter block is bound: mirror or params */
 } op_plan;
 
 uint64_t wkv_vk_align_up(uint64_t x, uint64_t a);

@@ -9,9 +9,10 @@
 
 static uint32_t pick_memory_type(const wkv_vk_state* st, uint32_t allowed, int where) {
     const VkPhysicalDeviceMemoryProperties* mp = &st->mem_props;
-    VkMemoryPropertyFlags need = where == WKV_VK_HOST_VISIBLE
+    VkMemoryPropertyFlags need = where != WKV_VK_DEVICE_LOCAL
                                      ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
                                      : 0;
+    if (where == WKV_VK_HOST_DEVICE) need |= VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
     VkMemoryPropertyFlags prefer = where == WKV_VK_HOST_VISIBLE ? VK_MEMORY_PROPERTY_HOST_CACHED_BIT
                                                                 : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
     uint32_t fallback = UINT32_MAX;
@@ -45,7 +46,7 @@ wkv_status vkw_buffer_create(wkv_vk_state* st, VkDeviceSize bytes, int where, vk
     if (type == UINT32_MAX) {
         vkw_buffer_destroy(st, out);
         return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED, "no suitable memory type for a %s buffer",
-                           where == WKV_VK_HOST_VISIBLE ? "host-visible" : "device");
+                           where == WKV_VK_DEVICE_LOCAL ? "device" : "host-visible");
     }
     VkMemoryAllocateInfo mai;
     memset(&mai, 0, sizeof mai);
@@ -61,7 +62,7 @@ wkv_status vkw_buffer_create(wkv_vk_state* st, VkDeviceSize bytes, int where, vk
         vkw_buffer_destroy(st, out);
         return wkv_vk_result(msg, r, "vkBindBufferMemory");
     }
-    if (where == WKV_VK_HOST_VISIBLE &&
+    if (where != WKV_VK_DEVICE_LOCAL &&
         (r = st->fn.vkMapMemory(st->device, out->memory, 0, VK_WHOLE_SIZE, 0, &out->mapped)) != VK_SUCCESS) {
         vkw_buffer_destroy(st, out);
         return wkv_vk_result(msg, r, "vkMapMemory");

@@ -11,7 +11,8 @@
  *     every step succeeded;
  *   - an absent optional tensor is bound to a 16-byte dummy and flagged absent.
  * The parameter block (shapes, op, decay form, per-tensor base/stride/dtype, the sequence
- * table) goes through the mirror as well, at offset 0. The whole call is one command buffer:
+ * table) goes through the mirror as well, at offset 0 — unless no tensor is in host memory and
+ * the device has host-visible device-local memory: then it is written there in place. The whole call is one command buffer:
  * copy in, barrier, dispatches, barrier, copy out, then a fence wait.
  *
  * LIMITS. A descriptor covers at most maxStorageBufferRange bytes (<= 4 GiB; 128 MiB on
@@ -115,8 +116,7 @@ static void layout_host(wkv_vk_state* st, op_plan* op) {
 }
 
 /* Fills staging with the parameter block (and seg0 per sequence for the backward). */
-static void write_params(wkv_vk_state* st, const wkv_problem* p, const op_plan* op, const int64_t* seg0) {
-    char* base = (char*)st->staging.mapped;
+static void write_params(char* base, const wkv_problem* p, const op_plan* op, const int64_t* seg0) {
     gpu_header h;
     memset(&h, 0, sizeof h);
     h.B = (int32_t)p->B;
@@ -151,6 +151,23 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
         if ((s = plan_slot(st, p, op, in_slots[i], 0, msg))) return s;
     for (int i = 0; i < n_out; ++i)
         if ((s = plan_slot(st, p, op, out_slots[i], 1, msg))) return s;
+    int any_host = 0;
+    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) any_host |= op->slot[i].used && op->slot[i].host;
+    /* No host tensor (a decode loop on buffers): the parameter block straight into device
+     * memory the host can write, so the command buffer has no copy and no barrier for it.
+     * Not while recording into the host's command buffer (it runs later: rec_* objects). */
+    if (!any_host && st->params_direct && !st->recording) {
+        s = vkw_buffer_reserve(st, &st->params, op->params_bytes, WKV_VK_HOST_DEVICE, msg);
+        if (s == WKV_OK) {
+            op->total = 0;
+            op->params_buffer = st->params.buffer;
+            write_params((char*)st->params.mapped, p, op, seg0);
+            return WKV_OK;
+        }
+        if (s != WKV_ERROR_UNSUPPORTED) return s;
+        st->params_direct = 0; /* no such memory type: the mirror, from now on */
+        if (msg) msg->text[0] = '\0';
+    }
     layout_host(st, op);
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i)
         if (op->slot[i].host) op->slot[i].buffer = VK_NULL_HANDLE; /* set after reserve */
@@ -164,7 +181,8 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
         memcpy(dst, sp->host_lo, (size_t)sp->bytes); /* outputs too: their gaps go back unchanged */
         if (sp->range > sp->bytes) memset(dst + sp->bytes, 0, (size_t)(sp->range - sp->bytes));
     }
-    write_params(st, p, op, seg0);
+    write_params((char*)st->staging.mapped, p, op, seg0);
+    op->params_buffer = st->mirror.buffer;
     return WKV_OK;
 }
 
@@ -178,7 +196,7 @@ void wkv_vk_write_set(wkv_vk_state* st, int kernel, VkDescriptorSet set, const o
     for (uint32_t i = 0; i < kern->num_bindings; ++i) {
         uint32_t b = kern->bindings[i];
         if (b == 0) {
-            info[i].buffer = st->mirror.buffer;
+            info[i].buffer = op->params_buffer;
             info[i].offset = 0;
             info[i].range = wkv_vk_align_up(op->params_bytes, 4);
         } else if (b == WKV_VK_BINDING_CKPT) {
@@ -207,6 +225,7 @@ void wkv_vk_write_set(wkv_vk_state* st, int kernel, VkDescriptorSet set, const o
 wkv_status wkv_vk_record_upload(wkv_vk_state* st, const op_plan* op, wkv_message* msg) {
     wkv_status s = vkw_begin(st, msg);
     if (s) return s;
+    if (op->total == 0) return WKV_OK; /* the parameter block is in place */
     VkBufferCopy c = {0, 0, op->total};
     st->fn.vkCmdCopyBuffer(st->cmd, st->staging.buffer, st->mirror.buffer, 1, &c);
     vkw_barrier(st, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
