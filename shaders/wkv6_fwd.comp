@@ -16,7 +16,6 @@ layout(constant_id = 1) const int TC = 8;
 layout(constant_id = 2) const int C = 1;
 layout(constant_id = 3) const int WG = 64;
 layout(constant_id = 4) const int DT = -1;
-layout(constant_id = 5) const int R = 1;
 layout(local_size_x_id = 3) in;
 #define WKV_SLOT_DTYPE(slot) (DT >= 0 ? DT : P.td[slot].dtype)
 
@@ -71,19 +70,15 @@ void stage() {
 
 void main() {
     const int tid = int(gl_LocalInvocationID.x);
-    const int g = tid / C, l = tid - (tid / C) * C; /* rows g*R .. g*R+R-1, lane l */
+    const int i = tid / C, l = tid - (tid / C) * C;
     const int item = pc.item_base + int(gl_WorkGroupID.x);
     const int H = P.H;
     const int s = item / H, h = item - (item / H) * H;
     const ivec4 sq = P.seqs[s];
     const int batch = sq.x, t0 = sq.y, t1 = sq.z;
 
-    vec4 S[R * NQ], U[NQ];
-    [[unroll]] for (int r = 0; r < R; ++r) {
-        vec4 row[NQ];
-        load_row(row, s, h, g * R + r, l);
-        [[unroll]] for (int q = 0; q < NQ; ++q) S[r * NQ + q] = row[q];
-    }
+    vec4 S[NQ], U[NQ];
+    load_row(S, s, h, i, l);
     const int ubase = tok(SLOT_U, 0, 0, h, 0), un = P.td[SLOT_U].stride.w;
     WKV_FOR_COUNT(q, NQ)
         const int c0 = (q * C + l) * 4;
@@ -94,8 +89,7 @@ void main() {
         x.w = ld_u(ubase + un * min(N - 1, c0 + 3));
         U[q] = x; /* padding columns: k and r are zero there */
     WKV_END
-    const int ybase = tok(SLOT_Y, batch, 0, h, g * R), ystep = P.td[SLOT_Y].stride.y,
-              yrow = P.td[SLOT_Y].stride.w;
+    const int ybase = tok(SLOT_Y, batch, 0, h, i), ystep = P.td[SLOT_Y].stride.y;
     A_r = tok_at(SLOT_R, batch, h);
     A_w = tok_at(SLOT_W, batch, h);
     A_k = tok_at(SLOT_K, batch, h);
@@ -111,33 +105,21 @@ void main() {
         const int m = min(TC, t1 - tc);
         for (int uu = 0; uu < m; ++uu) {
             const int o = uu * NP + l;
-            float vi[R];
-            vec4 acc[2 * R];
-            [[unroll]] for (int r = 0; r < R; ++r) {
-                vi[r] = s_v[uu * NP4 + g * R + r];
-                acc[2 * r] = vec4(0.0);
-                acc[2 * r + 1] = vec4(0.0);
-            }
+            const float vi = s_v[uu * NP4 + i];
+            vec4 y0 = vec4(0.0), y1 = vec4(0.0);
             WKV_FOR_COUNT(q, NQ)
                 const int x = o + q * C;
-                const vec4 kq = s_k[x], rq = s_r[x], dq = s_d[x], uk = U[q] * kq;
-                [[unroll]] for (int r = 0; r < R; ++r) {
-                    const int z = r * NQ + q;
-                    acc[2 * r + (q & 1)] += rq * (S[z] + vi[r] * uk);
-                    S[z] = S[z] * dq + vi[r] * kq;
-                }
+                const vec4 kq = s_k[x];
+                const vec4 term = s_r[x] * (S[q] + vi * (U[q] * kq));
+                if ((q & 1) == 0) y0 += term;
+                else y1 += term;
+                S[q] = S[q] * s_d[x] + vi * kq;
             WKV_END
-            [[unroll]] for (int r = 0; r < R; ++r) {
-                const vec4 t4 = acc[2 * r] + acc[2 * r + 1];
-                const float y = lane_sum((t4.x + t4.y) + (t4.z + t4.w));
-                if (l == 0) st_y(ybase + (tc + uu) * ystep + r * yrow, y);
-            }
+            const vec4 t4 = y0 + y1;
+            const float y = lane_sum((t4.x + t4.y) + (t4.z + t4.w));
+            if (l == 0) st_y(ybase + (tc + uu) * ystep, y);
         }
     }
 
-    [[unroll]] for (int r = 0; r < R; ++r) {
-        vec4 row[NQ];
-        [[unroll]] for (int q = 0; q < NQ; ++q) row[q] = S[r * NQ + q];
-        store_row(row, s, h, g * R + r, l);
-    }
+    store_row(S, s, h, i, l);
 }

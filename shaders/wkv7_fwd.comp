@@ -18,7 +18,6 @@ layout(constant_id = 1) const int TC = 8;
 layout(constant_id = 2) const int C = 1;
 layout(constant_id = 3) const int WG = 64;
 layout(constant_id = 4) const int DT = -1;
-layout(constant_id = 5) const int R = 1;
 layout(local_size_x_id = 3) in;
 #define WKV_SLOT_DTYPE(slot) (DT >= 0 ? DT : P.td[slot].dtype)
 
@@ -79,21 +78,16 @@ void stage() {
 
 void main() {
     const int tid = int(gl_LocalInvocationID.x);
-    const int g = tid / C, l = tid - (tid / C) * C; /* rows g*R .. g*R+R-1, lane l */
+    const int i = tid / C, l = tid - (tid / C) * C;
     const int item = pc.item_base + int(gl_WorkGroupID.x);
     const int H = P.H;
     const int s = item / H, h = item - (item / H) * H;
     const ivec4 sq = P.seqs[s];
     const int batch = sq.x, t0 = sq.y, t1 = sq.z;
 
-    vec4 S[R * NQ];
-    [[unroll]] for (int r = 0; r < R; ++r) {
-        vec4 row[NQ];
-        load_row(row, s, h, g * R + r, l);
-        [[unroll]] for (int q = 0; q < NQ; ++q) S[r * NQ + q] = row[q];
-    }
-    const int ybase = tok(SLOT_Y, batch, 0, h, g * R), ystep = P.td[SLOT_Y].stride.y,
-              yrow = P.td[SLOT_Y].stride.w;
+    vec4 S[NQ];
+    load_row(S, s, h, i, l);
+    const int ybase = tok(SLOT_Y, batch, 0, h, i), ystep = P.td[SLOT_Y].stride.y;
     A_r = tok_at(SLOT_R, batch, h);
     A_w = tok_at(SLOT_W, batch, h);
     A_k = tok_at(SLOT_K, batch, h);
@@ -111,41 +105,26 @@ void main() {
         const int m = min(TC, t1 - tc);
         for (int u = 0; u < m; ++u) {
             const int o = u * NP + l;
-            /* two accumulators per row: independent chains (one row alone would be serial) */
-            vec4 acc[2 * R];
-            [[unroll]] for (int x = 0; x < 2 * R; ++x) acc[x] = vec4(0.0);
+            vec4 acc0 = vec4(0.0), acc1 = vec4(0.0);
             WKV_FOR_COUNT(q, NQ)
-                const vec4 a4 = s_a[o + q * C];
-                [[unroll]] for (int r = 0; r < R; ++r) acc[2 * r + (q & 1)] += S[r * NQ + q] * a4;
+                if ((q & 1) == 0) acc0 += S[q] * s_a[o + q * C];
+                else acc1 += S[q] * s_a[o + q * C];
             WKV_END
-            float sa[R], vi[R];
-            [[unroll]] for (int r = 0; r < R; ++r) {
-                const vec4 t4 = acc[2 * r] + acc[2 * r + 1];
-                sa[r] = lane_sum((t4.x + t4.y) + (t4.z + t4.w));
-                vi[r] = s_v[u * NP4 + g * R + r];
-                acc[2 * r] = vec4(0.0);
-                acc[2 * r + 1] = vec4(0.0);
-            }
+            vec4 t4 = acc0 + acc1;
+            const float sa = lane_sum((t4.x + t4.y) + (t4.z + t4.w));
+            const float vi = s_v[u * NP4 + i];
+            vec4 y0 = vec4(0.0), y1 = vec4(0.0);
             WKV_FOR_COUNT(q, NQ)
                 const int x = o + q * C;
-                const vec4 d4 = s_d[x], b4 = s_b[x], k4 = s_k[x], r4 = s_r[x];
-                [[unroll]] for (int r = 0; r < R; ++r) {
-                    const int z = r * NQ + q;
-                    S[z] = S[z] * d4 + sa[r] * b4 + vi[r] * k4;
-                    acc[2 * r + (q & 1)] += S[z] * r4;
-                }
+                S[q] = S[q] * s_d[x] + sa * s_b[x] + vi * s_k[x];
+                if ((q & 1) == 0) y0 += S[q] * s_r[x];
+                else y1 += S[q] * s_r[x];
             WKV_END
-            [[unroll]] for (int r = 0; r < R; ++r) {
-                const vec4 t4 = acc[2 * r] + acc[2 * r + 1];
-                const float y = lane_sum((t4.x + t4.y) + (t4.z + t4.w));
-                if (l == 0) st_y(ybase + (tc + u) * ystep + r * yrow, y);
-            }
+            t4 = y0 + y1;
+            const float y = lane_sum((t4.x + t4.y) + (t4.z + t4.w));
+            if (l == 0) st_y(ybase + (tc + u) * ystep, y);
         }
     }
 
-    [[unroll]] for (int r = 0; r < R; ++r) {
-        vec4 row[NQ];
-        [[unroll]] for (int q = 0; q < NQ; ++q) row[q] = S[r * NQ + q];
-        store_row(row, s, h, g * R + r, l);
-    }
+    store_row(S, s, h, i, l);
 }

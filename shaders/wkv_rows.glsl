@@ -2,11 +2,9 @@
 // per-token staging of chunks through registers and shared memory, the state row in
 // registers, the lane reduction. Included after wkv_common.glsl. Host side: vk_rwkv7.c.
 //
-// WORK SPLIT. One workgroup per item (sequence s, head h) with WG = N * C / R invocations:
-// each invocation serves R value rows (R divides N; every staged vector read from shared
-// memory then serves R rows, and the R rows' chains are independent work), and each row has
-// C lanes (C a power of two, at most the subgroup size, so that a row's lanes are adjacent
-// lanes of one subgroup). A row is held as NQ = ceil(ceil(N/4) / C) vec4 per lane:
+// WORK SPLIT. One workgroup per item (sequence s, head h) with N * C invocations: C lanes
+// per value row i (C a power of two, at most the subgroup size, so that a row's lanes are
+// adjacent lanes of one subgroup). A row is held as NQ = ceil(ceil(N/4) / C) vec4 per lane:
 // lane l owns the vec4 columns q = m*C + l (interleaved, so that the C lanes of a row read
 // C consecutive vec4 of a shared vector: no bank conflict); columns past N are zero in the
 // state and in every staged vector, so they stay zero and add nothing. C = 1 gives one
@@ -21,7 +19,7 @@
 // no global load under a branch (indices are clamped, values of padding zeroed).
 //
 // Specialisation constants: N (head size), TC (tokens per chunk), C (lanes per row),
-// WG = N * C / R (the workgroup size), R (rows per invocation), DT (dtype of every per-token tensor when the host knows
+// WG = N * C (the workgroup size), DT (dtype of every per-token tensor when the host knows
 // it is one dtype, else -1: read per slot from the parameter block).
 #ifndef WKV_NO_SUBGROUP
 #extension GL_KHR_shader_subgroup_shuffle : require

@@ -59,10 +59,9 @@ enum { WKV_VK_BINDING_CKPT = 21, WKV_VK_BINDING_REPLAY = 22, WKV_VK_BINDING_PART
 enum { WKV_VK_K = 32 };
 
 /* A pipeline's specialisation: head size, tokens per chunk (forwards), lanes per state row
- * (forwards), per-token dtype (forwards; -1: read per slot at run time), rows per invocation
- * (forwards). */
+ * (forwards), per-token dtype (forwards; -1: read per slot at run time). */
 typedef struct vkw_spec {
-    int n, tc, lanes, dtype, rows; /* rows: state rows per invocation (forwards) */
+    int n, tc, lanes, dtype;
 } vkw_spec;
 
 typedef struct vkw_pipeline {

@@ -119,7 +119,7 @@ void wkv_vk_kernels_destroy(wkv_vk_state* st) {
 }
 
 vkw_spec wkv_vk_spec_n(int n) {
-    vkw_spec s = {n, 0, 1, -1, 1};
+    vkw_spec s = {n, 0, 1, -1};
     return s;
 }
 
@@ -127,7 +127,7 @@ wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, vkw_spec sp, VkPipeline
     for (size_t i = 0; i < st->num_pipelines; ++i) {
         const vkw_pipeline* p = &st->pipelines[i];
         if (p->kernel == kernel && p->spec.n == sp.n && p->spec.tc == sp.tc && p->spec.lanes == sp.lanes &&
-            p->spec.dtype == sp.dtype && p->spec.rows == sp.rows) {
+            p->spec.dtype == sp.dtype) {
             *out = p->pipeline;
             return WKV_OK;
         }
@@ -139,18 +139,18 @@ wkv_status wkv_vk_pipeline(wkv_vk_state* st, int kernel, vkw_spec sp, VkPipeline
         st->pipelines = grown;
         st->cap_pipelines = cap;
     }
-    /* constant_id 0..5: N, TC, C (lanes per row), WG = N * C / R (the forwards' workgroup
-     * size), DT, R (rows per invocation). The backward shaders use only 0 (N, also their
-     * workgroup size), RWKV-4 and reduce none: an entry for an absent constant ID is ignored. */
-    int32_t values[6] = {sp.n, sp.tc, sp.lanes, sp.n * sp.lanes / sp.rows, sp.dtype, sp.rows};
-    VkSpecializationMapEntry entries[6];
-    for (uint32_t i = 0; i < 6; ++i) {
+    /* constant_id 0..4: N, TC, C (lanes per row), WG = N * C (the forwards' workgroup size),
+     * DT. The backward shaders use only 0 (N, also their workgroup size), RWKV-4 and reduce
+     * none: an entry for an absent constant ID is ignored. */
+    int32_t values[5] = {sp.n, sp.tc, sp.lanes, sp.n * sp.lanes, sp.dtype};
+    VkSpecializationMapEntry entries[5];
+    for (uint32_t i = 0; i < 5; ++i) {
         entries[i].constantID = i;
         entries[i].offset = i * 4;
         entries[i].size = 4;
     }
     VkSpecializationInfo spec;
-    spec.mapEntryCount = 6;
+    spec.mapEntryCount = 5;
     spec.pMapEntries = entries;
     spec.dataSize = sizeof values;
     spec.pData = values;

@@ -99,11 +99,8 @@ vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p) {
                          (uint64_t)(N * c) > lim->maxComputeWorkGroupSize[0]))
             c /= 2;
     }
-    /* rows per invocation (WKV_VULKAN_ROWS; it must divide N) */
-    int rows = env_int("WKV_VULKAN_ROWS", 1);
-    if (rows > 4 || N % rows != 0 || N * c / rows < 1) rows = 1;
     const int64_t n4 = (N + 3) / 4, np4 = (n4 + c - 1) / c * c * 4;
-    int64_t tc = env_int("WKV_VULKAN_TC", 8 * c / rows > 0 ? 8 * c / rows : 1);
+    int64_t tc = env_int("WKV_VULKAN_TC", 8 * c);
     while (tc > 1 && 24 * tc * np4 > (int64_t)lim->maxComputeSharedMemorySize) tc /= 2;
     const int64_t longest = wkv_vk_longest(p);
     while (tc > 1 && tc / 2 >= longest) tc /= 2;
@@ -114,7 +111,7 @@ vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p) {
         if (dt == -2) dt = (int)tok[i]->elem;
         else if (dt != (int)tok[i]->elem) dt = -1;
     }
-    vkw_spec sp = {(int)N, (int)(tc < 1 ? 1 : tc), c, dt < 0 ? -1 : dt, rows};
+    vkw_spec sp = {(int)N, (int)(tc < 1 ? 1 : tc), c, dt < 0 ? -1 : dt};
     return sp;
 }
 
