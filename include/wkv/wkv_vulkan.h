@@ -36,6 +36,15 @@
  *                                  during which one arrived fails with WKV_ERROR_INTERNAL
  *   WKV_VULKAN_NO_16BIT_STORAGE=1  do not use 16-bit storage even when the device has it
  *                                  (float16/bfloat16 then go through 32-bit words)
+ *   WKV_VULKAN_SPIN=0|1            how a call waits for its fence: 1 spins on the fence status
+ *                                  (the default on GPUs: the calling thread's core is busy
+ *                                  while a call runs, and a short call returns ~20 us sooner),
+ *                                  0 blocks in vkWaitForFences (the default on CPU devices)
+ *   WKV_VULKAN_NO_SUBGROUP=1       forwards without subgroup operations (one invocation per
+ *                                  state row; what a device without subgroup shuffles gets)
+ *   WKV_VULKAN_LANES=c, WKV_VULKAN_TC=t   the forwards' lanes per state row (1, 2, 4, 8) and
+ *                                  tokens per chunk, overriding the choice by shape (tuning and
+ *                                  tests; backends/vulkan/NOTES.md)
  *
  * ============================================================================ GUEST MODE
  *
