@@ -512,6 +512,29 @@ TEST_CASE("vulkan random: T x N grid against the CPU backend, host and buffer te
     }
 }
 
+// The forwards hold a state row as vec4 columns split over C lanes (shaders/wkv_rows.glsl):
+// head sizes that are not a multiple of 4 or of 4C run through the zero-padded columns.
+TEST_CASE("vulkan random: head sizes off the vec4 and lane grid (1, 3, 20, 33, 48)") {
+    const uint64_t seed = test_seed();
+    int k = 0;
+    for (int64_t N : {1, 3, 20, 33, 48}) {
+        for (int64_t T : {1, 17}) {
+            Config c;
+            c.B = 2;
+            c.T = T;
+            c.H = 2;
+            c.N = N;
+            c.form = k % 2 ? WKV_DECAY_LOG : WKV_DECAY_CLAMPW;
+            c.dtype = k % 3 == 2 ? WKV_DTYPE_BF16 : WKV_DTYPE_F32;
+            c.key_major = k % 2 == 1;
+            c.in_place = k % 4 == 0;
+            c.mem = k % 2 == 0 ? Mem::Buffer : Mem::Host;
+            check_case(c, seed + 500 + static_cast<uint64_t>(k));
+            ++k;
+        }
+    }
+}
+
 TEST_CASE("vulkan random: packed sequences (one empty), both state orders and memories") {
     const uint64_t seed = test_seed();
     int k = 0;
