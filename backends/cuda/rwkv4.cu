@@ -57,15 +57,18 @@ __device__ __forceinline__ void two_sum(float a, float b, float* s, float* e) {
  * loops into basic blocks): the hardware reciprocal refined by one Newton step, on x scaled by
  * an exact power of two into [2^-64, 2^64] (where the approximation is defined for every
  * input), scaled back. Exact reciprocal up to the final rounding in that range; the
- * denominators here are >= 1 for any state reached from the documented initial ones. */
+ * denominators here are >= 1 for any state reached from the documented initial ones, and
+ * +-0 / +-Inf give IEEE's +-Inf / +-0 (a state with bb = +Inf must give y = 0, not NaN). */
 __device__ __forceinline__ float rcp_nr(float x) {
     const float ax = fabsf(x);
     const float sc = ax > 0x1p+64f ? 0x1p-64f : (ax < 0x1p-64f ? 0x1p+64f : 1.0f);
     const float xs = x * sc;
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(xs));
-    const float e = fmaf(-xs, r, 1.0f);
-    r = fmaf(r, e, r);
+    float r0;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(xs));
+    const float e = fmaf(-xs, r0, 1.0f);
+    /* 1/(+-0) and 1/(+-Inf) are exact from the approximation (+-Inf, +-0); the Newton step
+     * would turn them into NaN (0 * Inf), so they skip it (a select, not a branch) */
+    const float r = (xs == 0.0f || isinf(xs)) ? r0 : fmaf(r0, e, r0);
     return r * sc;
 }
 
