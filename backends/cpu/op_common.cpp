@@ -23,8 +23,8 @@ uint64_t item_count(const wkv_problem* p, const OpDesc& op, CheckedSize& c,
 }
 
 /* Below this many state-element updates (tokens x heads x N x N; tokens x C for RWKV-4) a
- * call runs on the caller's thread: ~4 token-heads at N = 64, a few microseconds, less than
- * what handing items to other threads costs (NOTES.md, decode). */
+ * call runs on the caller's thread: under 4 token-heads at N = 64, a few microseconds, less than
+ * what handing items to other threads costs (NOTES.md, step 12). */
 constexpr uint64_t kInlineWork = 16384;
 
 uint64_t call_work(const wkv_problem* p, const OpDesc& op) noexcept {
