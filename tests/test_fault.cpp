@@ -13,21 +13,12 @@
 #include <vector>
 
 #include "test_any_op.h"
+#include "test_fault_util.h"
 #include "wkv/wkv.h"
 
 using namespace wkvtest;
 
 namespace {
-
-bool faults_compiled_in() { return std::strstr(wkv_build_info(), "fault injection") != nullptr; }
-
-// WKV_FAULT for the contexts created during its lifetime (the plan is read at creation).
-struct FaultEnv {
-    explicit FaultEnv(const char* spec) { setenv("WKV_FAULT", spec, 1); }
-    ~FaultEnv() { unsetenv("WKV_FAULT"); }
-    FaultEnv(const FaultEnv&) = delete;
-    FaultEnv& operator=(const FaultEnv&) = delete;
-};
 
 struct Logs {
     std::vector<std::string> lines;
@@ -54,8 +45,6 @@ wkv_status create_cpu(wkv_context** ctx, int threads = 2, Logs* logs = nullptr) 
     *ctx = nullptr;
     return wkv_context_create(&o, ctx);
 }
-
-bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
 
 // The three ops, small, with states; each one's float64 reference.
 struct Suite {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "test_any_op.h"
+#include "test_fault_util.h"
 #include "test_nonfinite.h"
 #include "wkv/wkv.h"
 
@@ -49,50 +50,7 @@ bool cuda_usable() {
         ++g_wkv_cuda_ran;                                               \
     } while (0)
 
-bool faults_compiled_in() { return std::strstr(wkv_build_info(), "fault injection") != nullptr; }
-
-struct FaultEnv {
-    explicit FaultEnv(const char* spec) { setenv("WKV_FAULT", spec, 1); }
-    ~FaultEnv() { unsetenv("WKV_FAULT"); }
-    FaultEnv(const FaultEnv&) = delete;
-    FaultEnv& operator=(const FaultEnv&) = delete;
-};
-
-wkv_context* cuda_context(const char* fault = nullptr) {
-    wkv_context_options o{};
-    o.struct_size = sizeof o;
-    o.backend = WKV_BACKEND_CUDA;
-    wkv_context* ctx = nullptr;
-    wkv_status st;
-    if (fault) {
-        FaultEnv env(fault);
-        st = wkv_context_create(&o, &ctx);
-    } else {
-        st = wkv_context_create(&o, &ctx);
-    }
-    INFO(std::string(wkv_last_error(nullptr)));
-    REQUIRE(st == WKV_OK);
-    return ctx;
-}
-
-bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
-
-std::vector<AnyProblem> problems(uint64_t seed) {
-    Rng rng(seed);
-    return {any_random(rng, WKV_OP_RWKV7, 2, 9, 2, 32), any_random(rng, WKV_OP_RWKV6, 2, 9, 2, 32, WKV_DECAY_EXP_NEG_EXP),
-            any_random(rng, WKV_OP_RWKV4, 2, 9, 1, 64)};
-}
-
-void check_ok(const AnyRun& run, const Arrays& ref) {
-    CAPTURE(run.forward_msg);
-    CAPTURE(run.backward_msg);
-    REQUIRE(run.forward == WKV_OK);
-    REQUIRE(run.backward == WKV_OK);
-    for (const auto& kv : run.out) {
-        CAPTURE(kv.first);
-        CHECK(rel_err(kv.second, ref.at(kv.first)) < 1e-4);
-    }
-}
+wkv_context* cuda_context(const char* fault = nullptr) { return fault_context(WKV_BACKEND_CUDA, fault); }
 
 } // namespace
 
@@ -104,7 +62,7 @@ TEST_CASE("cuda fault: cudaMalloc failing (staging scratch, buffers) is a status
     }
     const uint64_t seed = test_seed();
     CAPTURE(seed);
-    const std::vector<AnyProblem> ps = problems(seed);
+    const std::vector<AnyProblem> ps = fault_problems(seed);
     int injected = 0;
     for (int n = 1; n <= 12; ++n) { // oom:scratch@n: the n-th growth of the staging scratch
         const std::string spec = "oom:scratch@" + std::to_string(n);
@@ -148,7 +106,7 @@ TEST_CASE("cuda fault: the device lost at a launch or a wait: health, later call
     if (!faults_compiled_in()) return;
     const uint64_t seed = test_seed();
     CAPTURE(seed);
-    const std::vector<AnyProblem> ps = problems(seed);
+    const std::vector<AnyProblem> ps = fault_problems(seed);
     std::vector<Arrays> refs;
     for (const auto& p : ps) refs.push_back(any_reference(p));
     wkv_context* healthy = cuda_context();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "test_any_op.h"
+#include "test_fault_util.h"
 #include "test_nonfinite.h"
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan_core.h>
@@ -24,57 +25,12 @@ using namespace wkvtest;
 
 namespace {
 
-bool faults_compiled_in() { return std::strstr(wkv_build_info(), "fault injection") != nullptr; }
-
-// WKV_FAULT for the contexts created during its lifetime (the plan is read at creation).
-struct FaultEnv {
-    explicit FaultEnv(const char* spec) { setenv("WKV_FAULT", spec, 1); }
-    ~FaultEnv() { unsetenv("WKV_FAULT"); }
-    FaultEnv(const FaultEnv&) = delete;
-    FaultEnv& operator=(const FaultEnv&) = delete;
-};
-
-wkv_context* vk_context(const char* fault = nullptr) {
-    wkv_context_options o{};
-    o.struct_size = sizeof o;
-    o.backend = WKV_BACKEND_VULKAN;
-    wkv_context* ctx = nullptr;
-    wkv_status st;
-    if (fault) {
-        FaultEnv env(fault);
-        st = wkv_context_create(&o, &ctx);
-    } else {
-        st = wkv_context_create(&o, &ctx);
-    }
-    INFO(std::string(wkv_last_error(nullptr)));
-    REQUIRE(st == WKV_OK);
-    return ctx;
-}
+wkv_context* vk_context(const char* fault = nullptr) { return fault_context(WKV_BACKEND_VULKAN, fault); }
 
 uint64_t validation_messages(wkv_context* ctx) {
     uint64_t n = 0;
     CHECK(wkv_vulkan_validation_message_count(ctx, &n) == WKV_OK);
     return n;
-}
-
-bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
-
-// The three ops, small (N = 32: every Vulkan device runs it), with states.
-std::vector<AnyProblem> problems(uint64_t seed) {
-    Rng rng(seed);
-    return {any_random(rng, WKV_OP_RWKV7, 2, 9, 2, 32), any_random(rng, WKV_OP_RWKV6, 2, 9, 2, 32, WKV_DECAY_EXP_NEG_EXP),
-            any_random(rng, WKV_OP_RWKV4, 2, 9, 1, 64)};
-}
-
-void check_ok(const AnyRun& run, const Arrays& ref) {
-    CAPTURE(run.forward_msg);
-    CAPTURE(run.backward_msg);
-    REQUIRE(run.forward == WKV_OK);
-    REQUIRE(run.backward == WKV_OK);
-    for (const auto& kv : run.out) {
-        CAPTURE(kv.first);
-        CHECK(rel_err(kv.second, ref.at(kv.first)) < 1e-4);
-    }
 }
 
 } // namespace
@@ -86,7 +42,7 @@ TEST_CASE("vulkan fault: out of device memory (staging, scratch, buffers) is a s
     }
     const uint64_t seed = test_seed();
     CAPTURE(seed);
-    const std::vector<AnyProblem> ps = problems(seed);
+    const std::vector<AnyProblem> ps = fault_problems(seed);
     // oom:scratch@n: the n-th growth of a cached buffer (staging, its device mirror, the
     // backward's scratch) fails; the same call again succeeds.
     int injected = 0;
@@ -134,7 +90,7 @@ TEST_CASE("vulkan fault: the device lost at vkQueueSubmit: health, later calls r
     if (!faults_compiled_in()) return;
     const uint64_t seed = test_seed();
     CAPTURE(seed);
-    const std::vector<AnyProblem> ps = problems(seed);
+    const std::vector<AnyProblem> ps = fault_problems(seed);
     std::vector<Arrays> refs;
     for (const auto& p : ps) refs.push_back(any_reference(p));
     wkv_context* healthy = vk_context();
