@@ -105,6 +105,23 @@ typedef struct wkv_vk_state {
     VkDescriptorPool desc_pool;
     uint32_t desc_pool_sets;
 
+    /* The last forward's command buffer, submitted again as it is when the next forward binds
+     * the same buffers in the same way (a decode loop on wkv_buffers): no descriptor writes and
+     * no recording (vk_rwkv7.c). Recording anything else into cmd (vkw_begin) clears
+     * replay_valid; destroying any buffer bumps buffer_epoch, which is part of the key, so a
+     * new buffer that happens to get a freed one's handle never matches. */
+    int replay_valid;
+    uint64_t buffer_epoch;
+    struct vkw_replay_key {
+        int kernel;
+        VkPipeline pipeline;
+        int64_t items;
+        uint64_t epoch, params_bytes;
+        VkBuffer params_buffer;
+        VkBuffer buffer[WKV_PROBLEM_VIEWS];
+        VkDeviceSize offset[WKV_PROBLEM_VIEWS], range[WKV_PROBLEM_VIEWS];
+    } replay_key;
+
     vkw_kernel kernels[WKV_VK_KERNELS];
     vkw_pipeline* pipelines;
     size_t num_pipelines, cap_pipelines;
@@ -167,6 +184,8 @@ void vkw_buffer_destroy(wkv_vk_state* st, vkw_buffer* b);
 wkv_status vkw_buffer_reserve(wkv_vk_state* st, vkw_buffer* b, VkDeviceSize bytes, int where, wkv_message* msg);
 /* Command buffer: begin (after a full barrier from earlier work), then submit + wait. */
 wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg);
+/* Submits the command buffer as it was last ended, and waits for it. */
+wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg);
 wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg);
 /* A buffer memory barrier on the whole of b. */
 void vkw_barrier(wkv_vk_state* st, VkPipelineStageFlags src, VkAccessFlags src_access,

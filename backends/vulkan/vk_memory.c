@@ -72,6 +72,7 @@ wkv_status vkw_buffer_create(wkv_vk_state* st, VkDeviceSize bytes, int where, vk
 }
 
 void vkw_buffer_destroy(wkv_vk_state* st, vkw_buffer* b) {
+    ++st->buffer_epoch; /* its handle may come back: a recorded command buffer must not match */
     if (b->mapped) st->fn.vkUnmapMemory(st->device, b->memory);
     if (b->buffer) st->fn.vkDestroyBuffer(st->device, b->buffer, NULL);
     if (b->memory) st->fn.vkFreeMemory(st->device, b->memory, NULL);
@@ -110,12 +111,13 @@ wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg) {
                     VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
         return WKV_OK;
     }
+    st->replay_valid = 0;
     VkResult r = st->fn.vkResetCommandBuffer(st->cmd, 0);
     if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkResetCommandBuffer");
     VkCommandBufferBeginInfo bi;
     memset(&bi, 0, sizeof bi);
     bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    bi.flags = 0; /* not one-time: a forward's may be submitted again (replay_key) */
     if ((r = st->fn.vkBeginCommandBuffer(st->cmd, &bi)) != VK_SUCCESS)
         return wkv_vk_result(msg, r, "vkBeginCommandBuffer");
     /* Earlier submissions (outputs in buffers, uploads) and host writes to the staging buffer
@@ -133,6 +135,11 @@ wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg) {
                 VK_ACCESS_HOST_READ_BIT);
     VkResult r = st->fn.vkEndCommandBuffer(st->cmd);
     if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkEndCommandBuffer");
+    return vkw_resubmit_wait(st, msg);
+}
+
+wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg) {
+    VkResult r;
     VkSubmitInfo si;
     memset(&si, 0, sizeof si);
     si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
@@ -188,6 +195,7 @@ void wkv_vk_buffer_destroy(void* state, void* buffer) {
     vkw_buffer* b = (vkw_buffer*)buffer;
     if (!b) return;
     if (b->imported) { /* the host's VkBuffer: forget it */
+        ++st->buffer_epoch;
         free(b);
         return;
     }

@@ -178,6 +178,7 @@ wkv_status wkv_vk_descriptor_sets(wkv_vk_state* st, int kernel, uint32_t count, 
                                   VkDescriptorSet* out, wkv_message* msg) {
     VkResult r;
     const uint32_t total = count + (last_kernel >= 0 ? 1u : 0u);
+    st->replay_valid = 0; /* the sets a recorded command buffer uses are about to go */
     if (!st->desc_pool || st->desc_pool_sets < total) {
         if (st->desc_pool) st->fn.vkDestroyDescriptorPool(st->device, st->desc_pool, NULL);
         st->desc_pool = VK_NULL_HANDLE;

@@ -117,6 +117,24 @@ vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p) {
 
 /* ------------------------------------------------------------------------------ forward */
 
+/* What a recorded forward depends on besides the parameter block (rewritten in place every
+ * call): the kernel variant, the dispatch, and every binding. */
+static void replay_key(const wkv_vk_state* st, int kernel, VkPipeline pipe, int64_t items, const op_plan* op,
+                       struct vkw_replay_key* k) {
+    memset(k, 0, sizeof *k);
+    k->kernel = kernel;
+    k->pipeline = pipe;
+    k->items = items;
+    k->epoch = st->buffer_epoch;
+    k->params_bytes = op->params_bytes;
+    k->params_buffer = op->params_buffer;
+    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
+        k->buffer[i] = op->slot[i].buffer;
+        k->offset[i] = op->slot[i].offset;
+        k->range[i] = op->slot[i].range;
+    }
+}
+
 wkv_status wkv_vk_rwkv7_forward(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg) {
     wkv_status s = check_problem(st, p, msg);
     if (s) return s;
@@ -130,6 +148,20 @@ wkv_status wkv_vk_rwkv7_forward(wkv_vk_state* st, const wkv_problem* p, wkv_mess
     if ((s = wkv_vk_pipeline(st, kernel, wkv_vk_forward_spec(st, p), &pipe, msg))) return s;
     op_plan op;
     if ((s = wkv_vk_prepare(st, p, &op, r6 ? ins6 : ins7, r6 ? 6 : 7, outs, 2, NULL, msg))) return s;
+    const int64_t items = op.S * p->H;
+    /* A decode loop on buffers: the same bindings as the last forward, so its command buffer
+     * runs again as recorded (the parameter block was just rewritten in place). Only when
+     * nothing is staged (op.total == 0) and not while recording into the host's buffer. */
+    struct vkw_replay_key key;
+    const int replayable = !st->recording && op.total == 0;
+    if (replayable) {
+        replay_key(st, kernel, pipe, items, &op, &key);
+        if (st->replay_valid && memcmp(&key, &st->replay_key, sizeof key) == 0) {
+            s = vkw_resubmit_wait(st, msg);
+            if (s) st->replay_valid = 0;
+            return s;
+        }
+    }
     VkDescriptorSet set;
     if ((s = wkv_vk_descriptor_sets(st, kernel, 1, -1, &set, msg))) return s;
     wkv_vk_write_set(st, kernel, set, &op, NULL, NULL, NULL);
@@ -137,7 +169,6 @@ wkv_status wkv_vk_rwkv7_forward(wkv_vk_state* st, const wkv_problem* p, wkv_mess
     const vkw_kernel* kern = &st->kernels[kernel];
     st->fn.vkCmdBindPipeline(st->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
     st->fn.vkCmdBindDescriptorSets(st->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, kern->layout, 0, 1, &set, 0, NULL);
-    const int64_t items = op.S * p->H;
     const int64_t max_groups = st->props.limits.maxComputeWorkGroupCount[0];
     for (int64_t i0 = 0; i0 < items; i0 += max_groups) {
         const int64_t count = items - i0 < max_groups ? items - i0 : max_groups;
@@ -145,7 +176,12 @@ wkv_status wkv_vk_rwkv7_forward(wkv_vk_state* st, const wkv_problem* p, wkv_mess
         st->fn.vkCmdPushConstants(st->cmd, kern->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
         st->fn.vkCmdDispatch(st->cmd, (uint32_t)count, 1, 1);
     }
-    return wkv_vk_finish_and_download(st, &op, msg);
+    s = wkv_vk_finish_and_download(st, &op, msg);
+    if (s == WKV_OK && replayable) {
+        st->replay_key = key;
+        st->replay_valid = 1;
+    }
+    return s;
 }
 
 /* ----------------------------------------------------------------------------- backward */

@@ -18,6 +18,7 @@
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan_core.h>
 
+#include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -612,6 +613,89 @@ TEST_CASE("vulkan: a decode loop keeps its state in a buffer, stepped in place")
     }
     std::vector<float> sT(s0.size());
     REQUIRE(wkv_buffer_download(vk, state, 0, sT.data(), sT.size() * 4) == WKV_OK);
+    wkv_buffer_destroy(state);
+    INFO("seed=" << seed);
+    CHECK(rel_err(y_all, y_ref) <= 1e-5);
+    CHECK(rel_err(std::vector<double>(sT.begin(), sT.end()), sT_ref) <= 1e-5);
+}
+
+// Every tensor in a buffer: from the second step on, the forward submits its recorded command
+// buffer again (vk_rwkv7.c, replay_key). Between steps the token buffers get new contents;
+// at step 4 the y buffer is replaced (a destroyed buffer's handle may come back), at step 8 a
+// host-tensor forward on the same context records something else into the command buffer.
+// Every step must still read this step's inputs and write where it is told.
+TEST_CASE("vulkan: a decode loop entirely in buffers (recorded command buffer submitted again)") {
+    wkv_context* vk = contexts().vk;
+    const uint64_t seed = test_seed();
+    Rng rng(seed);
+    const int64_t B = 2, T = 12, H = 2, N = 32, HN = H * N;
+    Rwkv7Data d = random_rwkv7(rng, B, T, H, N, WKV_DECAY_CLAMPW, true);
+    std::vector<double> y_ref, sT_ref;
+    ref_forward(d, y_ref, sT_ref);
+
+    const int64_t sshape[4] = {B, H, N, N}, tshape[4] = {B, 1, H, N};
+    const size_t tok_bytes = static_cast<size_t>(B * HN) * 4;
+    std::vector<float> s0(d.s0.begin(), d.s0.end());
+    wkv_buffer* state = nullptr;
+    REQUIRE(wkv_buffer_create(vk, s0.size() * 4, &state) == WKV_OK);
+    REQUIRE(wkv_buffer_upload(vk, state, 0, s0.data(), s0.size() * 4) == WKV_OK);
+    wkv_buffer* tokb[6] = {};
+    for (auto& b : tokb) REQUIRE(wkv_buffer_create(vk, tok_bytes, &b) == WKV_OK);
+    wkv_buffer* yb = nullptr;
+    REQUIRE(wkv_buffer_create(vk, tok_bytes, &yb) == WKV_OK);
+    std::vector<double> y_all(static_cast<size_t>(B * T * HN));
+    const std::vector<double>* src[6] = {&d.r, &d.w, &d.k, &d.v, &d.a, &d.b};
+    for (int64_t t = 0; t < T; t++) {
+        if (t == 4) { // a new y buffer: nothing recorded may still write to the old one
+            wkv_buffer_destroy(yb);
+            REQUIRE(wkv_buffer_create(vk, tok_bytes, &yb) == WKV_OK);
+        }
+        if (t == 8) { // something else recorded into the context's command buffer
+            Rng other(seed + 1);
+            Rwkv7Data e = random_rwkv7(other, 1, 3, H, N, WKV_DECAY_CLAMPW, false);
+            std::vector<float> r(e.r.begin(), e.r.end()), w(e.w.begin(), e.w.end()), k(e.k.begin(), e.k.end()),
+                v(e.v.begin(), e.v.end()), a(e.a.begin(), e.a.end()), bb(e.b.begin(), e.b.end()), y(e.r.size());
+            const int64_t shape[4] = {1, 3, H, N};
+            wkv_forward_desc f{};
+            f.struct_size = sizeof f;
+            f.op = WKV_OP_RWKV7;
+            f.decay_form = WKV_DECAY_CLAMPW;
+            f.r = wkv_tensor_make(r.data(), WKV_DTYPE_F32, 4, shape);
+            f.w = wkv_tensor_make(w.data(), WKV_DTYPE_F32, 4, shape);
+            f.k = wkv_tensor_make(k.data(), WKV_DTYPE_F32, 4, shape);
+            f.v = wkv_tensor_make(v.data(), WKV_DTYPE_F32, 4, shape);
+            f.a = wkv_tensor_make(a.data(), WKV_DTYPE_F32, 4, shape);
+            f.b = wkv_tensor_make(bb.data(), WKV_DTYPE_F32, 4, shape);
+            f.y = wkv_tensor_make(y.data(), WKV_DTYPE_F32, 4, shape);
+            REQUIRE(wkv_forward(vk, &f) == WKV_OK);
+        }
+        wkv_forward_desc f{};
+        f.struct_size = sizeof f;
+        f.op = WKV_OP_RWKV7;
+        f.decay_form = WKV_DECAY_CLAMPW;
+        wkv_tensor* in[6] = {&f.r, &f.w, &f.k, &f.v, &f.a, &f.b};
+        for (int i = 0; i < 6; i++) {
+            std::vector<float> tok(static_cast<size_t>(B * HN));
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t e = 0; e < HN; e++)
+                    tok[static_cast<size_t>(b * HN + e)] = static_cast<float>((*src[i])[static_cast<size_t>((b * T + t) * HN + e)]);
+            REQUIRE(wkv_buffer_upload(vk, tokb[i], 0, tok.data(), tok_bytes) == WKV_OK);
+            *in[i] = wkv_tensor_make_buffer(tokb[i], 0, WKV_DTYPE_F32, 4, tshape);
+        }
+        std::vector<float> poison(static_cast<size_t>(B * HN), std::nanf("")), y(static_cast<size_t>(B * HN));
+        REQUIRE(wkv_buffer_upload(vk, yb, 0, poison.data(), tok_bytes) == WKV_OK);
+        f.y = wkv_tensor_make_buffer(yb, 0, WKV_DTYPE_F32, 4, tshape);
+        f.state_in = f.state_out = wkv_tensor_make_buffer(state, 0, WKV_DTYPE_F32, 4, sshape);
+        REQUIRE(wkv_forward(vk, &f) == WKV_OK);
+        REQUIRE(wkv_buffer_download(vk, yb, 0, y.data(), tok_bytes) == WKV_OK);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t e = 0; e < HN; e++)
+                y_all[static_cast<size_t>((b * T + t) * HN + e)] = y[static_cast<size_t>(b * HN + e)];
+    }
+    std::vector<float> sT(s0.size());
+    REQUIRE(wkv_buffer_download(vk, state, 0, sT.data(), sT.size() * 4) == WKV_OK);
+    for (auto* b : tokb) wkv_buffer_destroy(b);
+    wkv_buffer_destroy(yb);
     wkv_buffer_destroy(state);
     INFO("seed=" << seed);
     CHECK(rel_err(y_all, y_ref) <= 1e-5);
