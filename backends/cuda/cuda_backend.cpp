@@ -443,6 +443,17 @@ void fill_seq(const wkv_problem* p, int64_t first, int64_t count, SeqInfo* q) {
     }
 }
 
+/* Packed sequences: seg0[x] = the checkpoint segments (of K tokens) of every sequence before
+ * first + x, for x = 0..count; seg is that count for `first`. Returns it for first + count. */
+int64_t fill_seg0(const wkv_problem* p, int64_t first, int64_t count, int64_t K, int64_t seg, int64_t* seg0) {
+    if (!p->seq_offsets) return seg;
+    for (int64_t x = 0; x <= count; ++x) {
+        seg0[x] = seg;
+        if (x < count) seg += (p->seq_offsets[first + x + 1] - p->seq_offsets[first + x] + K - 1) / K;
+    }
+    return seg;
+}
+
 /* ------------------------------------------------------------------------ memory of a call */
 
 /* The views of p in wkv_problem order: index i belongs to p->mem[i]. */
@@ -852,12 +863,7 @@ int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, ch
         for (int64_t first = 0; first < p->num_seqs; first += per) {
             const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
             fill_seq(p, first, count, &prm.seq);
-            if (p->seq_offsets) {
-                for (int64_t x = 0; x <= count; ++x) {
-                    prm.seg0[x] = seg;
-                    if (x < count) seg += (p->seq_offsets[first + x + 1] - p->seq_offsets[first + x] + K - 1) / K;
-                }
-            }
+            seg = fill_seg0(p, first, count, K, seg, prm.seg0);
             const int e = rwkv6_launch_backward((int)p->N, prm, count * p->H, st->stream);
             if (e != 0) return e;
         }
@@ -882,12 +888,7 @@ int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, ch
     for (int64_t first = 0; first < p->num_seqs; first += per) {
         const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
         fill_seq(p, first, count, &prm.seq);
-        if (p->seq_offsets) {
-            for (int64_t x = 0; x <= count; ++x) {
-                prm.seg0[x] = seg;
-                if (x < count) seg += (p->seq_offsets[first + x + 1] - p->seq_offsets[first + x] + K - 1) / K;
-            }
-        }
+        seg = fill_seg0(p, first, count, K, seg, prm.seg0);
         const int e = rwkv4_launch_backward(prm, count, st->stream);
         if (e != 0) return e;
     }
@@ -984,15 +985,7 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     for (int64_t first = 0; first < p->num_seqs; first += per) {
         const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
         fill_seq(p, first, count, &prm.seq);
-        if (p->seq_offsets) {
-            for (int64_t x = 0; x <= count; ++x) {
-                prm.seg0[x] = seg;
-                if (x < count) {
-                    const int64_t len = p->seq_offsets[first + x + 1] - p->seq_offsets[first + x];
-                    seg += (len + prm.K1 - 1) / prm.K1;
-                }
-            }
-        }
+        seg = fill_seg0(p, first, count, prm.K1, seg, prm.seg0);
         e = (cudaError_t)rwkv7_launch_backward((int)p->N, prm, count * p->H, st->smem[hidx], st->stream);
         if (e != cudaSuccess) return cuda_fail(st, e, msg, "RWKV-7 backward launch");
     }
