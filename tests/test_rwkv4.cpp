@@ -674,35 +674,12 @@ struct Fixture {
 
 void expect_forward_fails(const std::string& what, wkv_status want, const char* needle,
                           const std::function<void(Fixture&)>& breakit) {
-    CAPTURE(what);
-    CpuCtx c(1);
-    Fixture fx;
-    breakit(fx);
-    const wkv_status got = wkv_forward(c.ctx, &fx.f);
-    const std::string msg = wkv_last_error(c.ctx);
-    CAPTURE(msg);
-    CHECK(std::string(wkv_status_string(got)) == wkv_status_string(want));
-    CHECK(msg.find(needle) != std::string::npos);
-    CHECK(fx.outputs_untouched());
+    expect_call_fails<Fixture>(false, what, want, needle, breakit);
 }
 
 void expect_backward_fails(const std::string& what, wkv_status want, const char* needle,
                            const std::function<void(Fixture&)>& breakit) {
-    CAPTURE(what);
-    CpuCtx c(1);
-    Fixture fx;
-    size_t bytes = 0;
-    REQUIRE(wkv_workspace_size(c.ctx, &bytes, &fx.g) == WKV_OK);
-    fx.workspace.assign(bytes + 1, 0);
-    fx.g.workspace = fx.workspace.data();
-    fx.g.workspace_size = bytes;
-    breakit(fx);
-    const wkv_status got = wkv_backward(c.ctx, &fx.g);
-    const std::string msg = wkv_last_error(c.ctx);
-    CAPTURE(msg);
-    CHECK(std::string(wkv_status_string(got)) == wkv_status_string(want));
-    CHECK(msg.find(needle) != std::string::npos);
-    CHECK(fx.outputs_untouched());
+    expect_call_fails<Fixture>(true, what, want, needle, breakit);
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <doctest/doctest.h>
+
 #include "test_util.h"
 
 namespace wkvtest {
@@ -234,6 +236,31 @@ struct CpuCtx {
     CpuCtx(const CpuCtx&) = delete;
     CpuCtx& operator=(const CpuCtx&) = delete;
 };
+
+// One broken call on a fresh one-thread CPU context: status, a message naming the argument
+// (needle), and no output touched. Fx is a test file's fixture: a valid forward desc f and
+// backward desc g, a workspace vector, outputs_untouched(); breakit breaks one thing.
+template <class Fx, class Break>
+void expect_call_fails(bool backward, const std::string& what, wkv_status want, const char* needle,
+                       const Break& breakit) {
+    CAPTURE(what);
+    CpuCtx c(1);
+    Fx fx;
+    if (backward) {
+        size_t bytes = 0;
+        REQUIRE(wkv_workspace_size(c.ctx, &bytes, &fx.g) == WKV_OK);
+        fx.workspace.assign(bytes + 1, 0);
+        fx.g.workspace = fx.workspace.data();
+        fx.g.workspace_size = bytes;
+    }
+    breakit(fx);
+    const wkv_status got = backward ? wkv_backward(c.ctx, &fx.g) : wkv_forward(c.ctx, &fx.f);
+    const std::string msg = wkv_last_error(c.ctx);
+    CAPTURE(msg);
+    CHECK(std::string(wkv_status_string(got)) == wkv_status_string(want));
+    CHECK(msg.find(needle) != std::string::npos);
+    CHECK(fx.outputs_untouched());
+}
 
 // A host job system that runs the range in reverse, one index at a time: results must not
 // depend on how the work is split or ordered.
