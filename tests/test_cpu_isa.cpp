@@ -24,8 +24,8 @@ wkv_status create_cpu(wkv_context** ctx) {
     return wkv_context_create(&o, ctx);
 }
 
+#if defined(__x86_64__) && defined(__linux__) /* only the x86 case below asks */
 bool cpu_has(const char* flag) {
-#if defined(__linux__)
     std::FILE* f = std::fopen("/proc/cpuinfo", "r");
     if (!f) return false;
     char line[8192];
@@ -39,11 +39,8 @@ bool cpu_has(const char* flag) {
     }
     std::fclose(f);
     return found;
-#else
-    (void)flag;
-    return false;
-#endif
 }
+#endif
 
 }  // namespace
 
@@ -96,5 +93,25 @@ TEST_CASE("cpu isa: the x86 vector paths run exactly where /proc/cpuinfo says th
     }
 #else
     MESSAGE("not an x86-64 Linux machine: only the scalar path");
+#endif
+}
+
+TEST_CASE("cpu isa: on AArch64 the NEON path always runs (the widest there: auto picks it)") {
+#if defined(__aarch64__)
+    const std::vector<std::string> paths = runnable_cpu_isas();
+    CHECK(paths == std::vector<std::string>{"scalar", "neon"});
+    wkv_backend_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(wkv_backend_get_info(WKV_BACKEND_CPU, &info) == WKV_OK);
+    /* the reason is built at the first call, under whatever WKV_CPU_ISA the run has */
+    if (std::string(info.reason).find("WKV_CPU_ISA") == std::string::npos)
+        CHECK(std::string(info.reason).find("runs: scalar neon)") != std::string::npos);
+#else
+    const std::vector<std::string> paths = runnable_cpu_isas();
+    for (const std::string& p : paths) CHECK(p != "neon");
+    ScopedIsa isa("neon");
+    wkv_context* ctx = nullptr;
+    CHECK(create_cpu(&ctx) == WKV_ERROR_UNSUPPORTED);
+    CHECK(std::string(wkv_last_error(nullptr)).find("has no neon path") != std::string::npos);
 #endif
 }

@@ -37,7 +37,7 @@ private:
 };
 
 // Every path name the backend knows.
-inline std::vector<std::string> all_cpu_isas() { return {"scalar", "avx2", "avx512"}; }
+inline std::vector<std::string> all_cpu_isas() { return {"scalar", "avx2", "avx512", "neon"}; }
 
 // The paths this build and this CPU run: those a CPU context can be created with.
 inline std::vector<std::string> runnable_cpu_isas() {

@@ -34,6 +34,8 @@ void make_op_set(Isa isa, OpSet* out) noexcept {
 #if WKV_CPU_X86_SIMD
     if (isa == Isa::kAvx2) install_avx2(out);
     if (isa == Isa::kAvx512) install_avx512(out);
+#elif WKV_CPU_NEON_SIMD
+    if (isa == Isa::kNeon) install_neon(out);
 #else
     (void)isa;
 #endif

@@ -14,17 +14,21 @@ const char* isa_name(Isa isa) noexcept {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kNeon: return "neon";
     }
     return "unknown";
 }
 
 bool isa_compiled(Isa isa) noexcept {
     if (isa == Isa::kScalar) return true;
+    if (isa == Isa::kNeon) return WKV_CPU_NEON_SIMD != 0;
     return WKV_CPU_X86_SIMD != 0 && (isa == Isa::kAvx2 || isa == Isa::kAvx512);
 }
 
 bool isa_supported(Isa isa) noexcept {
     if (!isa_compiled(isa)) return false;
+    /* NEON is part of AArch64: compiled means supported */
+    if (isa == Isa::kNeon) return true;
 #if WKV_CPU_X86_SIMD
     /* __builtin_cpu_supports reads cpuid once (libgcc / compiler-rt) and reports AVX and
      * AVX-512 only when the OS enables their register state (XCR0). */
@@ -42,6 +46,7 @@ bool isa_supported(Isa isa) noexcept {
     case Isa::kAvx512:
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    case Isa::kNeon: return false; /* not compiled on x86-64 */
     }
     return false;
 #else
@@ -76,7 +81,7 @@ wkv_status isa_from_env(Isa* out, wkv_message* msg) noexcept {
         *out = isa;
         return WKV_OK;
     }
-    set_message(msg, "WKV_CPU_ISA=%.64s is not a path (auto, scalar, avx2, avx512)", env);
+    set_message(msg, "WKV_CPU_ISA=%.64s is not a path (auto, scalar, avx2, avx512, neon)", env);
     return WKV_ERROR_UNSUPPORTED;
 }
 

@@ -4,10 +4,11 @@
  * may auto-vectorize for the build's baseline). On x86-64 with GCC or Clang the build also
  * compiles vector paths for wider instruction sets (cpu_avx2.cpp, cpu_avx512.cpp: the kernels
  * of *_simd.inl under `#pragma GCC target`, so the rest of the library keeps the baseline
- * ISA). Which path a context runs is chosen when it is created:
+ * ISA). On AArch64 the build compiles the NEON path (cpu_neon.cpp: the same kernels, NEON
+ * being part of the baseline there), which every AArch64 CPU runs. Which path a context runs is chosen when it is created:
  *   - WKV_CPU_ISA unset, empty or "auto": the widest path this CPU executes
  *     (__builtin_cpu_supports, which also checks that the OS saves the vector registers);
- *   - WKV_CPU_ISA=scalar|avx2|avx512: that path; creating the context fails with
+ *   - WKV_CPU_ISA=scalar|avx2|avx512|neon: that path; creating the context fails with
  *     WKV_ERROR_UNSUPPORTED when this build lacks it or this CPU cannot execute it (it is meant
  *     for tests and benchmarks, which must not silently run another path).
  * Paths differ only in the order of float32 operations: each matches the float64 reference
@@ -23,6 +24,11 @@
 #else
 #define WKV_CPU_X86_SIMD 0
 #endif
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define WKV_CPU_NEON_SIMD 1
+#else
+#define WKV_CPU_NEON_SIMD 0
+#endif
 
 namespace wkv_cpu {
 
@@ -30,10 +36,11 @@ enum class Isa : int {
     kScalar = 0, /* portable C++ */
     kAvx2 = 1,   /* AVX2 + FMA + F16C, 8 floats per vector */
     kAvx512 = 2, /* AVX-512 F/BW/DQ/VL (+ the AVX2 set), 16 floats per vector */
+    kNeon = 3,   /* AArch64 NEON, 4 floats per vector */
 };
-constexpr int kIsaCount = 3;
+constexpr int kIsaCount = 4;
 
-/* "scalar", "avx2", "avx512". */
+/* "scalar", "avx2", "avx512", "neon". */
 const char* isa_name(Isa isa) noexcept;
 /* This build has the path. */
 bool isa_compiled(Isa isa) noexcept;

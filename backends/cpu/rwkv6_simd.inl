@@ -24,7 +24,7 @@ inline void step6_rows(const float* src, int64_t srs, float* dst, int64_t drs, i
                        const float* __restrict v, const float* __restrict r, float ruk,
                        float* y) noexcept {
     const int nv = NV ? NV : nv_rt;
-    const __m128 ruk4 = _mm_set1_ps(ruk);
+    const V::Q ruk4 = V::q_set1(ruk);
     for (int64_t ib = 0; ib < Np; ib += kRows6) {
         const float* sp[kRows6];
         float* dp[kRows6];
@@ -33,7 +33,7 @@ inline void step6_rows(const float* src, int64_t srs, float* dst, int64_t drs, i
             sp[u] = src + (ib + u) * srs;
             dp[u] = dst + (ib + u) * drs;
         }
-        const __m128 v4 = _mm_loadu_ps(v + ib);
+        const V::Q v4 = V::q_loadu(v + ib);
         T vb[kRows6];
 #pragma GCC unroll 16
         for (int u = 0; u < kRows6; ++u) vb[u] = V::bcast_mem(v + ib + u); /* load port */
@@ -53,7 +53,7 @@ inline void step6_rows(const float* src, int64_t srs, float* dst, int64_t drs, i
             }
         }
         if (kY)
-            _mm_storeu_ps(y + ib, _mm_fmadd_ps(v4, ruk4, V::hsum4(yc[0], yc[1], yc[2], yc[3])));
+            V::q_storeu(y + ib, V::q_fma(v4, ruk4, V::hsum4(yc[0], yc[1], yc[2], yc[3])));
     }
 }
 
@@ -63,7 +63,7 @@ inline float dot3(const float* a, const float* b, const float* c, int64_t Np) no
     for (int64_t j = 0; j < Np; j += W)
         acc = V::fma(V::mul(V::load(a + j), V::load(b + j)), V::load(c + j), acc);
     float out[4];
-    _mm_storeu_ps(out, V::hsum4(acc, V::zero(), V::zero(), V::zero()));
+    V::q_storeu(out, V::hsum4(acc, V::zero(), V::zero(), V::zero()));
     return out[0];
 }
 
@@ -232,7 +232,7 @@ inline void backward6_rows(float* dS, const float* Sp, int nv_rt, int64_t Np,
             V::store(dd + o, ddv);
             V::store(dr + o, drv);
         }
-        _mm_storeu_ps(dv + ib, V::hsum4(cv[0], cv[1], cv[2], cv[3]));
+        V::q_storeu(dv + ib, V::hsum4(cv[0], cv[1], cv[2], cv[3]));
     }
 }
 
@@ -342,7 +342,7 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
                 T acc = V::zero();
                 for (int64_t j = 0; j < Np; j += W)
                     acc = V::fma(V::load(dy + j), V::load(v + j), acc);
-                _mm_storeu_ps(dyv_out, V::hsum4(acc, V::zero(), V::zero(), V::zero()));
+                V::q_storeu(dyv_out, V::hsum4(acc, V::zero(), V::zero(), V::zero()));
             }
             const float dyv = dyv_out[0];
             const float ruk = dot3(r, u, k, Np);

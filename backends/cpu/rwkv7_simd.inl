@@ -57,9 +57,9 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
         T sab[kRows], vb[kRows];
 #pragma GCC unroll 16
         for (int u = 0; u < kRows; u += 4) {
-            const __m128 sa4 = V::hsum4(c[u], c[u + 1], c[u + 2], c[u + 3]);
-            _mm_store_ps(sa_mem + u, sa4);
-            if (sa_out) _mm_storeu_ps(sa_out + ib + u, sa4);
+            const V::Q sa4 = V::hsum4(c[u], c[u + 1], c[u + 2], c[u + 3]);
+            V::q_store(sa_mem + u, sa4);
+            if (sa_out) V::q_storeu(sa_out + ib + u, sa4);
         }
 #pragma GCC unroll 16
         for (int u = 0; u < kRows; ++u) {
@@ -95,7 +95,7 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
         if (kY) {
 #pragma GCC unroll 16
             for (int u = 0; u < kRows; u += 4)
-                _mm_storeu_ps(y + ib + u, V::hsum4(yc[u], yc[u + 1], yc[u + 2], yc[u + 3]));
+                V::q_storeu(y + ib + u, V::hsum4(yc[u], yc[u + 1], yc[u + 2], yc[u + 3]));
         }
     }
 }
@@ -393,8 +393,8 @@ inline void backward_rows(float* dS, const float* Sp, int64_t sps_rt, int nv_rt,
         alignas(16) float dsa_mem[kRows];
 #pragma GCC unroll 16
         for (int u = 0; u < kRows; u += 4) {
-            _mm_storeu_ps(dv + ib + u, V::hsum4(cv[u], cv[u + 1], cv[u + 2], cv[u + 3]));
-            _mm_store_ps(dsa_mem + u, V::hsum4(cb[u], cb[u + 1], cb[u + 2], cb[u + 3]));
+            V::q_storeu(dv + ib + u, V::hsum4(cv[u], cv[u + 1], cv[u + 2], cv[u + 3]));
+            V::q_store(dsa_mem + u, V::hsum4(cb[u], cb[u + 1], cb[u + 2], cb[u + 3]));
         }
 #pragma GCC unroll 16
         for (int u = 0; u < kRows; ++u) dsab[u] = V::bcast_mem(dsa_mem + u);

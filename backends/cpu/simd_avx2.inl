@@ -1,16 +1,25 @@
 /* Vector traits for the AVX2 + FMA + F16C path: 8 floats per vector. Included by cpu_avx2.cpp
  * inside its `#pragma GCC target` region and its own namespace (see isa.h); the kernels
- * (*_simd.inl) are written against this interface, which simd_avx512.inl provides too:
+ * (*_simd.inl) are written against this interface, which simd_avx512.inl and simd_neon.inl provide
+ * too:
  *   T, M (a lane mask), W; load/store (any alignment), zero, set1, arithmetic, fma(a,b,c) =
  *   a*b + c, fnma(a,b,c) = c - a*b; comparisons ge eq lt gt (false where NaN) and finite
  *   (|a| < inf) to M; blend(m, a, b) = m ? a : b; scale2(x, n) = x * 2^n for integer-valued n;
- *   hsum4(a0..a3) -> the four lane sums as one __m128; bcast<L>(__m128) -> lane L everywhere;
- *   16-bit loads and stores (f16 with F16C, bf16 by shifting; rounding to nearest even, NaN
- *   stays NaN). */
+ *   hsum4(a0..a3) -> the four lane sums as one Q; bcast<L>(Q) -> lane L everywhere;
+ *   Q, a vector of 4 floats (what hsum4 returns), with q_store (16-byte aligned), q_storeu,
+ *   q_loadu, q_set1 and q_fma; 16-bit loads and stores (f16 with F16C, bf16 by shifting;
+ *   rounding to nearest even, NaN stays NaN). */
 struct V {
     using T = __m256;
     using M = __m256; /* all-ones lanes */
     static constexpr int W = 8;
+    using Q = __m128;
+
+    static inline void q_store(float* p, Q x) { _mm_store_ps(p, x); }
+    static inline void q_storeu(float* p, Q x) { _mm_storeu_ps(p, x); }
+    static inline Q q_loadu(const float* p) { return _mm_loadu_ps(p); }
+    static inline Q q_set1(float x) { return _mm_set1_ps(x); }
+    static inline Q q_fma(Q a, Q b, Q c) { return _mm_fmadd_ps(a, b, c); }
 
     static inline T load(const float* p) { return _mm256_loadu_ps(p); }
     static inline void store(float* p, T x) { _mm256_storeu_ps(p, x); }
@@ -49,7 +58,7 @@ struct V {
         return _mm256_mul_ps(_mm256_mul_ps(x, p1), p2);
     }
 
-    static inline __m128 hsum4(T a0, T a1, T a2, T a3) {
+    static inline Q hsum4(T a0, T a1, T a2, T a3) {
         const __m256 t0 = _mm256_hadd_ps(a0, a1), t1 = _mm256_hadd_ps(a2, a3);
         const __m256 t2 = _mm256_hadd_ps(t0, t1); /* a0 a1 a2 a3 (low half sums, high half) */
         return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
@@ -63,7 +72,7 @@ struct V {
         return r;
     }
     template <int L>
-    static inline T bcast(__m128 x) {
+    static inline T bcast(Q x) {
         return _mm256_broadcastss_ps(_mm_shuffle_ps(x, x, _MM_SHUFFLE(L, L, L, L)));
     }
 

@@ -4,6 +4,13 @@ struct V {
     using T = __m512;
     using M = __mmask16;
     static constexpr int W = 16;
+    using Q = __m128;
+
+    static inline void q_store(float* p, Q x) { _mm_store_ps(p, x); }
+    static inline void q_storeu(float* p, Q x) { _mm_storeu_ps(p, x); }
+    static inline Q q_loadu(const float* p) { return _mm_loadu_ps(p); }
+    static inline Q q_set1(float x) { return _mm_set1_ps(x); }
+    static inline Q q_fma(Q a, Q b, Q c) { return _mm_fmadd_ps(a, b, c); }
 
     static inline T load(const float* p) { return _mm512_loadu_ps(p); }
     static inline void store(float* p, T x) { _mm512_storeu_ps(p, x); }
@@ -47,7 +54,7 @@ struct V {
     /* The four lane sums: a transpose-and-add inside each 128-bit lane (4 unpacks, 2 shuffles),
      * then the four 128-bit lanes added (2 extracts): 8 shuffle-port operations, where
      * extract-and-hadd took 11 (NOTES.md, step 12). */
-    static inline __m128 hsum4(T a0, T a1, T a2, T a3) {
+    static inline Q hsum4(T a0, T a1, T a2, T a3) {
         const T s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
         const T s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
         const T s = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
@@ -64,7 +71,7 @@ struct V {
         return r;
     }
     template <int L>
-    static inline T bcast(__m128 x) {
+    static inline T bcast(Q x) {
         return _mm512_broadcastss_ps(_mm_shuffle_ps(x, x, _MM_SHUFFLE(L, L, L, L)));
     }
 

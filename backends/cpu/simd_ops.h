@@ -1,6 +1,6 @@
-/* The vector paths' entry points (cpu_avx2.cpp, cpu_avx512.cpp; see isa.h). Each fills in the
- * functions it vectorizes into copies of the scalar op descriptions; a function it leaves alone
- * stays scalar. Internal to backends/cpu/. */
+/* The vector paths' entry points (cpu_avx2.cpp, cpu_avx512.cpp, cpu_neon.cpp; see isa.h). Each
+ * fills in the functions it vectorizes into copies of the scalar op descriptions; a function it
+ * leaves alone stays scalar. Internal to backends/cpu/. */
 #ifndef WKV_BACKENDS_CPU_SIMD_OPS_H
 #define WKV_BACKENDS_CPU_SIMD_OPS_H
 
@@ -20,6 +20,9 @@ void make_op_set(Isa isa, OpSet* out) noexcept;
 #if WKV_CPU_X86_SIMD
 void install_avx2(OpSet* ops) noexcept;
 void install_avx512(OpSet* ops) noexcept;
+#endif
+#if WKV_CPU_NEON_SIMD
+void install_neon(OpSet* ops) noexcept;
 #endif
 
 } // namespace wkv_cpu
