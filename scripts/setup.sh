@@ -11,6 +11,8 @@ packages+=(libvulkan-dev libvulkan1 mesa-vulkan-drivers glslang-tools spirv-tool
 # Reliability checks (README.md, "Reliability"): clang with libFuzzer and its sanitizer runtimes
 # (and llvm-symbolizer for readable reports), valgrind, and abigail-tools for the ABI baseline.
 packages+=(clang libclang-rt-dev llvm valgrind abigail-tools)
+# The CPU backend's NEON path, cross-compiled for AArch64 and run under qemu-user (scripts/test.sh).
+packages+=(g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -13,7 +13,10 @@
 #   valgrind  memcheck over the CPU doctest suite's validation and op-level cases
 #   fuzz      the three libFuzzer harnesses at once, WKV_FUZZ_SECONDS (default 50) each, from the
 #             seed corpus (scripts/fuzz.sh)
-# Steps that use one core run two at a time (CI has 2). WKV_TEST_SKIP="asan tsan valgrind fuzz"
+#   aarch64   the CPU backend's NEON and scalar paths, cross-compiled for AArch64
+#             (cmake/aarch64-linux-gnu.cmake, build-aarch64) and run under qemu-user: the golden
+#             files and the random-input cases against the float64 reference (correctness only)
+# Steps that use one core run two at a time (CI has 2). WKV_TEST_SKIP="asan tsan valgrind fuzz aarch64"
 # (any subset) skips some, for a quick local run; CI runs them all. Arguments go to the final
 # ctest.
 set -euo pipefail
@@ -113,6 +116,34 @@ join sanitizers
 if want fuzz; then
   step "fuzz: libFuzzer harnesses, ${WKV_FUZZ_SECONDS:-50} s each, at the same time"
   WKV_FUZZ_PARALLEL=1 scripts/fuzz.sh
+fi
+
+if want aarch64; then
+  step "aarch64: cross build (build-aarch64)"
+  # doctest is header-only: its host header goes in a folder of its own (-I/usr/include would put
+  # the host's libc headers before the target's)
+  mkdir -p build-aarch64/deps/doctest
+  cp /usr/include/doctest/doctest.h build-aarch64/deps/doctest/
+  cmake -S . -B build-aarch64 --toolchain cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
+    -DWKV_VULKAN=OFF -DWKV_CUDA=OFF -DWKV_BUILD_EXAMPLES=OFF \
+    -DDOCTEST_INCLUDE_DIR="$PWD/build-aarch64/deps" >/dev/null
+  cmake --build build-aarch64 -j"$(nproc)" --target wkv_tests >/dev/null
+  step "aarch64: NEON and scalar paths under qemu-aarch64, at the same time"
+  # the golden files (every op, f32/f16/bf16) and the random inputs of RWKV-7/6/4 against the
+  # float64 reference (RWKV-7's: the case that covers every path, N = 7..128, every decay form
+  # and dtype; its full sweep takes 100 s there); about 1 minute under qemu on 2 cores
+  aarch64_cases='cpu isa*,golden: every file*,rwkv7 random: every CPU path*'
+  aarch64_cases+=',rwkv6: golden*,rwkv6: random*,rwkv4: golden*,rwkv4: random*'
+  pids=()
+  for isa in neon scalar; do
+    WKV_CPU_ISA=$isa qemu-aarch64 -L /usr/aarch64-linux-gnu build-aarch64/tests/wkv_tests \
+      -tc="$aarch64_cases" --no-intro >"$logs/aarch64-$isa.log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for i in 0 1; do wait "${pids[$i]}" || rc=1; done
+  tail -n 4 "$logs/aarch64-neon.log" "$logs/aarch64-scalar.log"
+  [ $rc -eq 0 ] || { cat "$logs/aarch64-neon.log" "$logs/aarch64-scalar.log"; echo "aarch64 FAILED"; exit 1; }
 fi
 
 step "ctest (release build)"
