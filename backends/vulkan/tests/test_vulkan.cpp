@@ -574,6 +574,35 @@ TEST_CASE("vulkan random: no state at all, w broadcast over T, f16") {
 
 // ------------------------------------------------------------------------------ decode
 
+namespace {
+
+// Token t of every sequence of a [B, T, H*N] float64 input, as float32 [B, 1, H*N].
+std::vector<float> token_slice(const std::vector<double>& x, int64_t B, int64_t T, int64_t HN, int64_t t) {
+    std::vector<float> out(static_cast<size_t>(B * HN));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t e = 0; e < HN; e++)
+            out[static_cast<size_t>(b * HN + e)] = static_cast<float>(x[static_cast<size_t>((b * T + t) * HN + e)]);
+    return out;
+}
+
+// Puts one step's y [B, 1, H*N] at token t of y_all [B, T, H*N].
+void scatter_token(std::vector<double>& y_all, const std::vector<float>& y, int64_t B, int64_t T, int64_t HN,
+                   int64_t t) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t e = 0; e < HN; e++)
+            y_all[static_cast<size_t>((b * T + t) * HN + e)] = y[static_cast<size_t>(b * HN + e)];
+}
+
+wkv_forward_desc rwkv7_clampw_desc() {
+    wkv_forward_desc f{};
+    f.struct_size = sizeof f;
+    f.op = WKV_OP_RWKV7;
+    f.decay_form = WKV_DECAY_CLAMPW;
+    return f;
+}
+
+} // namespace
+
 TEST_CASE("vulkan: a decode loop keeps its state in a buffer, stepped in place") {
     wkv_context* vk = contexts().vk;
     const uint64_t seed = test_seed();
@@ -592,24 +621,16 @@ TEST_CASE("vulkan: a decode loop keeps its state in a buffer, stepped in place")
     const std::vector<double>* src[6] = {&d.r, &d.w, &d.k, &d.v, &d.a, &d.b};
     for (int64_t t = 0; t < T; t++) {
         std::vector<float> tok[6], y(static_cast<size_t>(B * HN));
-        wkv_forward_desc f{};
-        f.struct_size = sizeof f;
-        f.op = WKV_OP_RWKV7;
-        f.decay_form = WKV_DECAY_CLAMPW;
+        wkv_forward_desc f = rwkv7_clampw_desc();
         wkv_tensor* in[6] = {&f.r, &f.w, &f.k, &f.v, &f.a, &f.b};
         for (int i = 0; i < 6; i++) {
-            tok[i].resize(static_cast<size_t>(B * HN));
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t e = 0; e < HN; e++)
-                    tok[i][static_cast<size_t>(b * HN + e)] = static_cast<float>((*src[i])[static_cast<size_t>((b * T + t) * HN + e)]);
+            tok[i] = token_slice(*src[i], B, T, HN, t);
             *in[i] = wkv_tensor_make(tok[i].data(), WKV_DTYPE_F32, 4, tshape);
         }
         f.y = wkv_tensor_make(y.data(), WKV_DTYPE_F32, 4, tshape);
         f.state_in = f.state_out = wkv_tensor_make_buffer(state, 0, WKV_DTYPE_F32, 4, sshape);
         REQUIRE(wkv_forward(vk, &f) == WKV_OK);
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t e = 0; e < HN; e++)
-                y_all[static_cast<size_t>((b * T + t) * HN + e)] = y[static_cast<size_t>(b * HN + e)];
+        scatter_token(y_all, y, B, T, HN, t);
     }
     std::vector<float> sT(s0.size());
     REQUIRE(wkv_buffer_download(vk, state, 0, sT.data(), sT.size() * 4) == WKV_OK);
@@ -656,10 +677,7 @@ TEST_CASE("vulkan: a decode loop entirely in buffers (recorded command buffer su
             std::vector<float> r(e.r.begin(), e.r.end()), w(e.w.begin(), e.w.end()), k(e.k.begin(), e.k.end()),
                 v(e.v.begin(), e.v.end()), a(e.a.begin(), e.a.end()), bb(e.b.begin(), e.b.end()), y(e.r.size());
             const int64_t shape[4] = {1, 3, H, N};
-            wkv_forward_desc f{};
-            f.struct_size = sizeof f;
-            f.op = WKV_OP_RWKV7;
-            f.decay_form = WKV_DECAY_CLAMPW;
+            wkv_forward_desc f = rwkv7_clampw_desc();
             f.r = wkv_tensor_make(r.data(), WKV_DTYPE_F32, 4, shape);
             f.w = wkv_tensor_make(w.data(), WKV_DTYPE_F32, 4, shape);
             f.k = wkv_tensor_make(k.data(), WKV_DTYPE_F32, 4, shape);
@@ -669,16 +687,10 @@ TEST_CASE("vulkan: a decode loop entirely in buffers (recorded command buffer su
             f.y = wkv_tensor_make(y.data(), WKV_DTYPE_F32, 4, shape);
             REQUIRE(wkv_forward(vk, &f) == WKV_OK);
         }
-        wkv_forward_desc f{};
-        f.struct_size = sizeof f;
-        f.op = WKV_OP_RWKV7;
-        f.decay_form = WKV_DECAY_CLAMPW;
+        wkv_forward_desc f = rwkv7_clampw_desc();
         wkv_tensor* in[6] = {&f.r, &f.w, &f.k, &f.v, &f.a, &f.b};
         for (int i = 0; i < 6; i++) {
-            std::vector<float> tok(static_cast<size_t>(B * HN));
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t e = 0; e < HN; e++)
-                    tok[static_cast<size_t>(b * HN + e)] = static_cast<float>((*src[i])[static_cast<size_t>((b * T + t) * HN + e)]);
+            const std::vector<float> tok = token_slice(*src[i], B, T, HN, t);
             REQUIRE(wkv_buffer_upload(vk, tokb[i], 0, tok.data(), tok_bytes) == WKV_OK);
             *in[i] = wkv_tensor_make_buffer(tokb[i], 0, WKV_DTYPE_F32, 4, tshape);
         }
@@ -688,9 +700,7 @@ TEST_CASE("vulkan: a decode loop entirely in buffers (recorded command buffer su
         f.state_in = f.state_out = wkv_tensor_make_buffer(state, 0, WKV_DTYPE_F32, 4, sshape);
         REQUIRE(wkv_forward(vk, &f) == WKV_OK);
         REQUIRE(wkv_buffer_download(vk, yb, 0, y.data(), tok_bytes) == WKV_OK);
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t e = 0; e < HN; e++)
-                y_all[static_cast<size_t>((b * T + t) * HN + e)] = y[static_cast<size_t>(b * HN + e)];
+        scatter_token(y_all, y, B, T, HN, t);
     }
     std::vector<float> sT(s0.size());
     REQUIRE(wkv_buffer_download(vk, state, 0, sT.data(), sT.size() * 4) == WKV_OK);
