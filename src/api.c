@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "checkpoints.h"
 #include "context.h"
 #include "fault.h"
 #include "message.h"
@@ -31,6 +32,8 @@ struct wkv_context {
     /* device buffers: the live wkv_buffer objects of this context, sorted by address */
     wkv_buffer** buffers;
     size_t num_buffers, cap_buffers;
+    /* checkpoints saving forwards left in workspaces (checkpoints.h); NULL until the first */
+    wkv_ckpt_records* ckpts;
 };
 
 static void destroy_all_buffers(wkv_context* ctx);
@@ -294,6 +297,7 @@ void wkv_context_destroy(wkv_context* ctx) {
     if (!ctx) return;
     destroy_all_buffers(ctx);
     ctx->iface->destroy(ctx->backend_state);
+    wkv_ckpt_records_destroy(ctx->ckpts);
     wkv_thread_pool_destroy(ctx->pool);
     wkv_fault_plan_destroy(ctx->fault);
     free(ctx);
@@ -312,14 +316,51 @@ const char* wkv_last_error(const wkv_context* ctx) { return ctx ? ctx->last_erro
 
 /* ----------------------------------------------------------------------------- the ops */
 
+/* The backend's saves_checkpoints hook (ABI v2), or NULL. */
+static int32_t (*saves_hook(const wkv_backend_iface* iface))(void*, const wkv_problem*) {
+    return iface->struct_size >= sizeof(wkv_backend_iface) ? iface->saves_checkpoints : NULL;
+}
+
+/* A forward with a workspace (p->workspace set by the validation): when the backend saves
+ * checkpoints for p, checks the workspace against the backward's size (the workspace of the
+ * backward of this very problem) and sets p->save_checkpoints; otherwise drops it. Makes room
+ * for the context's record first, so nothing can fail once the forward has run. */
+static wkv_status prepare_save(wkv_context* ctx, wkv_problem* p, const wkv_spans* spans, wkv_message* m) {
+    if (!p->workspace) return WKV_OK;
+    if (!wkv_ckpt_reserve(&ctx->ckpts)) return wkv_fail(m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
+    int32_t (*saves)(void*, const wkv_problem*) = saves_hook(ctx->iface);
+    if (!saves || !saves(ctx->backend_state, p)) {
+        p->workspace = NULL; /* ignored: the backward will recompute (the record says so) */
+        p->workspace_size = 0;
+        return WKV_OK;
+    }
+    /* the backward of this problem: the forward's inputs, no outputs */
+    wkv_problem b = *p;
+    b.backward = 1;
+    memset(&b.y, 0, sizeof b.y);
+    memset(&b.state_out, 0, sizeof b.state_out);
+    memset(&b.mem[7], 0, sizeof b.mem[0]); /* y and state_out (backend.h's order) */
+    memset(&b.mem[9], 0, sizeof b.mem[0]);
+    size_t needed = 0;
+    wkv_status st = ctx->iface->workspace_size(ctx->backend_state, &b, &needed, m);
+    if (!st) st = wkv_validate_workspace_mem(&ctx->target, NULL, spans, needed, p, m);
+    if (!st) p->save_checkpoints = 1;
+    return st;
+}
+
 wkv_status wkv_forward(wkv_context* ctx, const wkv_forward_desc* desc) {
     wkv_status st = enter(ctx, "wkv_forward");
     if (st) return st;
     wkv_problem p;
+    wkv_spans spans;
     wkv_message m;
     m.text[0] = '\0';
-    st = wkv_validate_forward(&ctx->target, desc, &p, &m);
+    st = wkv_validate_forward_spans(&ctx->target, desc, &p, &spans, &m);
+    void* ws = p.workspace;
+    size_t ws_size = p.workspace_size;
+    if (!st) st = prepare_save(ctx, &p, &spans, &m);
     if (!st) st = ctx->iface->forward(ctx->backend_state, &p, &m);
+    if (!st && ws) wkv_ckpt_note_forward(ctx->ckpts, &p, ws, ws_size, p.save_checkpoints);
     st = finish(ctx, "wkv_forward", st, &m);
     leave(ctx);
     return st;
@@ -333,6 +374,21 @@ static wkv_status prepare_backward(wkv_context* ctx, const wkv_backward_desc* de
     return ctx->iface->workspace_size(ctx->backend_state, p, needed, m);
 }
 
+/* WKV_BACKWARD_REUSE_CHECKPOINTS (requested in p->reuse_checkpoints by the validation): kept
+ * when the context's record of the workspace matches and the backend saved; refused without a
+ * matching record. A backward that does not reuse overwrites the workspace: its records go. */
+static wkv_status resolve_reuse(wkv_context* ctx, wkv_problem* p, wkv_message* m) {
+    if (!p->reuse_checkpoints) {
+        wkv_ckpt_forget(ctx->ckpts, p->workspace, p->workspace_size);
+        return WKV_OK;
+    }
+    int saved = 0;
+    wkv_status st = wkv_ckpt_lookup(ctx->ckpts, p, p->workspace, &saved, m);
+    if (st) return st;
+    p->reuse_checkpoints = saved;
+    return WKV_OK;
+}
+
 wkv_status wkv_backward(wkv_context* ctx, const wkv_backward_desc* desc) {
     wkv_status st = enter(ctx, "wkv_backward");
     if (st) return st;
@@ -343,6 +399,7 @@ wkv_status wkv_backward(wkv_context* ctx, const wkv_backward_desc* desc) {
     size_t needed = 0;
     st = prepare_backward(ctx, desc, &p, &spans, &needed, &m);
     if (!st) st = wkv_validate_workspace_mem(&ctx->target, desc, &spans, needed, &p, &m);
+    if (!st) st = resolve_reuse(ctx, &p, &m);
     if (!st) st = ctx->iface->backward(ctx->backend_state, &p, &m);
     st = finish(ctx, "wkv_backward", st, &m);
     leave(ctx);
@@ -382,6 +439,7 @@ wkv_status wkv_context_record(wkv_context* ctx, const char* fn, wkv_backend back
         size_t needed = 0;
         st = prepare_backward(ctx, (const wkv_backward_desc*)desc, &p, &spans, &needed, &m);
         if (!st) st = wkv_validate_workspace_mem(&ctx->target, (const wkv_backward_desc*)desc, &spans, needed, &p, &m);
+        if (!st) st = resolve_reuse(ctx, &p, &m);
     } else {
         st = wkv_validate_forward(&ctx->target, (const wkv_forward_desc*)desc, &p, &m);
     }

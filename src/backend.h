@@ -19,7 +19,9 @@
 extern "C" {
 #endif
 
-#define WKV_BACKEND_ABI_VERSION 1u
+/* v2: wkv_problem.save_checkpoints / reuse_checkpoints and wkv_backend_iface.saves_checkpoints
+ * (appended; a v1 plugin never sees a workspace in a forward, nor a reuse). */
+#define WKV_BACKEND_ABI_VERSION 2u
 /* The oldest backend ABI this core still accepts from a plugin. */
 #define WKV_BACKEND_ABI_MIN 1u
 
@@ -111,6 +113,16 @@ typedef struct wkv_problem {
      * workspace may be a device or a host pointer (wkv.h gives it no device type): the core
      * sets host = 0 and the plugin asks the driver (cudaPointerGetAttributes). */
     wkv_buffer_ref workspace_mem;
+
+    /* ---- checkpoints saved by the forward (ABI v2; wkv.h's USAGE, Training) ----
+     * Forward: 1 when the backend must also write into workspace (workspace_size bytes, at
+     * least its workspace_size() for this problem as a backward; memory in workspace_mem) the
+     * checkpoints its backward of the same problem would compute, exactly as that backward
+     * lays them out. Set by the core only where saves_checkpoints() said yes. Backward: 0. */
+    int32_t save_checkpoints;
+    /* Backward: 1 when workspace holds the checkpoints a forward with save_checkpoints wrote for
+     * this very problem on this context (checked by the core): skip computing them. */
+    int32_t reuse_checkpoints;
 } wkv_problem;
 
 /* The memory of view v (one of p's views). */
@@ -252,7 +264,16 @@ typedef struct wkv_backend_iface {
      * wkv_context_synchronize — waits until all work this context has enqueued has finished
      * (CUDA: cudaStreamSynchronize on the context's stream). */
     wkv_status (*synchronize)(void* state, wkv_message* msg);
+
+    /* Optional (ABI v2; NULL = never): nonzero when a forward of p (p->backward == 0) can save
+     * the checkpoints of its backward (wkv_problem.save_checkpoints) so that this backend's
+     * backward reuses them with bit-identical results. Must not depend on anything but p and
+     * the context. */
+    int32_t (*saves_checkpoints)(void* state, const wkv_problem* p);
 } wkv_backend_iface;
+
+/* The size of a v1 iface (without saves_checkpoints), which the core still accepts. */
+#define WKV_BACKEND_IFACE_V1_SIZE offsetof(wkv_backend_iface, saves_checkpoints)
 
 /* Requests for wkv_backend_iface.control. Values are part of the backend ABI. */
 enum {

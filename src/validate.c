@@ -13,12 +13,19 @@
 enum { WKV_MAX_STRUCT_SIZE = 1 << 16 };
 
 wkv_status wkv_check_struct_size(const void* s, size_t known, const char* name, wkv_message* msg) {
+    return wkv_check_struct_size_since(s, known, known, name, msg);
+}
+
+wkv_status wkv_check_struct_size_since(const void* s, size_t oldest, size_t known, const char* name,
+                                       wkv_message* msg) {
     size_t size;
     memcpy(&size, s, sizeof size);
+    if (size == oldest) return WKV_OK; /* an older version: the caller defaults the rest */
     if (size < known)
         return wkv_fail(msg, WKV_ERROR_STRUCT_SIZE,
-                        "%s->struct_size is %zu; this libwkv %s needs %zu (set it to sizeof(*%s))",
-                        name, size, wkv_version_string(), known, name);
+                        "%s->struct_size is %zu; this libwkv %s needs %zu%s (set it to sizeof(*%s))",
+                        name, size, wkv_version_string(), known, oldest < known ? " or an older version's size" : "",
+                        name);
     if (size > WKV_MAX_STRUCT_SIZE)
         return wkv_fail(msg, WKV_ERROR_STRUCT_SIZE, "%s->struct_size is %zu: not a struct size",
                         name, size);
@@ -431,8 +438,8 @@ static wkv_status check_forward(checker* c, const wkv_forward_desc* d, const cha
     wkv_message* msg = c->msg;
     char sname[64];
     snprintf(sname, sizeof sname, "%.*s", (int)strlen(prefix) - 2, prefix); /* "desc", "desc->forward" */
-    wkv_status st = wkv_check_struct_size(d, sizeof *d, sname, msg);
-    if (st) return st;
+    wkv_status st;
+    (void)sname;
     if (op_inputs(d->op) == 0)
         return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
                         "%sop is %d: expected WKV_OP_RWKV4 (4), WKV_OP_RWKV6 (6) or WKV_OP_RWKV7 (7)",
@@ -547,30 +554,80 @@ static wkv_status check_forward(checker* c, const wkv_forward_desc* d, const cha
     return WKV_OK;
 }
 
-wkv_status wkv_validate_forward(const wkv_target* target, const wkv_forward_desc* desc,
-                                wkv_problem* out, wkv_message* msg) {
-    if (!desc) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc is NULL");
-    wkv_spans spans;
-    spans.count = 0;
-    checker c = {target, msg, &spans, {0}};
-    op_shape s;
-    wkv_status st = check_forward(&c, desc, "desc->", 0, out, &s);
+wkv_status wkv_read_forward_desc(const wkv_forward_desc* desc, const char* name,
+                                  wkv_forward_desc* out, wkv_message* msg) {
+    wkv_status st = wkv_check_struct_size_since(desc, offsetof(wkv_forward_desc, workspace),
+                                                sizeof *desc, name, msg);
     if (st) return st;
-    if ((st = check_outputs_alias(&spans, msg))) return st;
-    wkv_problem_fill_mem(&spans, out);
+    size_t size;
+    memcpy(&size, desc, sizeof size);
+    memset(out, 0, sizeof *out);
+    memcpy(out, desc, size < sizeof *out ? size : sizeof *out);
     return WKV_OK;
 }
 
-wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_desc* desc,
-                                 wkv_problem* p, wkv_spans* spans, wkv_message* msg) {
-    if (!desc) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc is NULL");
-    wkv_status st = wkv_check_struct_size(desc, sizeof *desc, "desc", msg);
+wkv_status wkv_read_backward_desc(const wkv_backward_desc* desc, wkv_backward_desc* out,
+                                  wkv_message* msg) {
+    wkv_status st = wkv_check_struct_size_since(desc, offsetof(wkv_backward_desc, flags),
+                                                sizeof *desc, "desc", msg);
     if (st) return st;
-    if (!desc->forward) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->forward is NULL");
+    size_t size;
+    memcpy(&size, desc, sizeof size);
+    memset(out, 0, sizeof *out);
+    memcpy(out, desc, size < sizeof *out ? size : sizeof *out);
+    return WKV_OK;
+}
+
+wkv_status wkv_validate_forward_spans(const wkv_target* target, const wkv_forward_desc* desc_in,
+                                      wkv_problem* out, wkv_spans* spans, wkv_message* msg) {
+    if (!desc_in) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc is NULL");
+    wkv_forward_desc d; /* the caller's version, defaulted to this one */
+    wkv_status st = wkv_read_forward_desc(desc_in, "desc", &d, msg);
+    if (st) return st;
+    const wkv_forward_desc* desc = &d;
     spans->count = 0;
     checker c = {target, msg, spans, {0}};
     op_shape s;
-    const wkv_forward_desc* f = desc->forward;
+    if ((st = check_forward(&c, desc, "desc->", 0, out, &s))) return st;
+    if ((st = check_outputs_alias(spans, msg))) return st;
+    if (!desc->workspace && desc->workspace_size)
+        return wkv_fail(msg, WKV_ERROR_NULL_POINTER,
+                        "desc->workspace is NULL but desc->workspace_size is %zu", desc->workspace_size);
+    wkv_problem_fill_mem(spans, out);
+    /* The workspace is only handed on when the backend saves checkpoints (api.c decides, and
+     * checks it with wkv_validate_workspace_mem). */
+    out->workspace = desc->workspace;
+    out->workspace_size = desc->workspace_size;
+    for (int i = 0; i < spans->count; ++i) spans->span[i].tensor = NULL; /* pointed into d */
+    return WKV_OK;
+}
+
+wkv_status wkv_validate_forward(const wkv_target* target, const wkv_forward_desc* desc,
+                                wkv_problem* out, wkv_message* msg) {
+    wkv_spans spans;
+    wkv_status st = wkv_validate_forward_spans(target, desc, out, &spans, msg);
+    out->workspace = NULL; /* callers of this one never pass it on */
+    out->workspace_size = 0;
+    return st;
+}
+
+wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_desc* desc_in,
+                                 wkv_problem* p, wkv_spans* spans, wkv_message* msg) {
+    if (!desc_in) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc is NULL");
+    wkv_backward_desc bd; /* the caller's versions, defaulted to these */
+    wkv_forward_desc fd;
+    wkv_status st = wkv_read_backward_desc(desc_in, &bd, msg);
+    if (st) return st;
+    const wkv_backward_desc* desc = &bd;
+    if (!desc->forward) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->forward is NULL");
+    if ((st = wkv_read_forward_desc(desc->forward, "desc->forward", &fd, msg))) return st;
+    if (desc->flags & ~(uint32_t)WKV_BACKWARD_REUSE_CHECKPOINTS)
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT, "desc->flags has unknown bits 0x%x",
+                        desc->flags & ~(uint32_t)WKV_BACKWARD_REUSE_CHECKPOINTS);
+    spans->count = 0;
+    checker c = {target, msg, spans, {0}};
+    op_shape s;
+    const wkv_forward_desc* f = &fd;
     if ((st = check_forward(&c, f, "desc->forward->", 1, p, &s))) return st;
 
     tensor_rule rule = token_rule(f->op, &s, 0);
@@ -597,20 +654,24 @@ wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_de
     wkv_problem_fill_mem(spans, p);
     p->workspace = desc->workspace;
     p->workspace_size = desc->workspace_size;
+    /* requested; api.c keeps it only where a saving forward's record matches */
+    p->reuse_checkpoints = (desc->flags & WKV_BACKWARD_REUSE_CHECKPOINTS) != 0;
+    for (int i = 0; i < spans->count; ++i) spans->span[i].tensor = NULL; /* pointed into bd, fd */
     return WKV_OK;
 }
 
-wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans* spans,
-                                  size_t needed, wkv_message* msg) {
+/* The workspace (ws, ws_size; "desc->workspace" in messages) of a host pointer. */
+static wkv_status check_workspace_ptr(void* ws, size_t ws_size, const wkv_spans* spans, size_t needed,
+                                      wkv_message* msg) {
     if (needed == 0) return WKV_OK;
-    if (!desc->workspace)
+    if (!ws)
         return wkv_fail(msg, WKV_ERROR_NULL_POINTER,
                         "desc->workspace is NULL; this call needs %zu bytes (wkv_workspace_size)", needed);
-    if (desc->workspace_size < needed)
+    if (ws_size < needed)
         return wkv_fail(msg, WKV_ERROR_WORKSPACE_TOO_SMALL,
                         "desc->workspace_size is %zu bytes; this call needs %zu (wkv_workspace_size)",
-                        desc->workspace_size, needed);
-    uintptr_t lo = (uintptr_t)desc->workspace, hi;
+                        ws_size, needed);
+    uintptr_t lo = (uintptr_t)ws, hi;
     if (__builtin_add_overflow(lo, (uintptr_t)needed, &hi))
         return wkv_fail(msg, WKV_ERROR_OVERFLOW, "desc->workspace + its size wraps the address space");
     for (int i = 0; i < spans->count; ++i)
@@ -619,35 +680,43 @@ wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans
     return WKV_OK;
 }
 
+wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans* spans,
+                                  size_t needed, wkv_message* msg) {
+    return check_workspace_ptr(desc->workspace, desc->workspace_size, spans, needed, msg);
+}
+
 /* ---- device buffers ---- */
 wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backward_desc* desc,
                                       const wkv_spans* spans, size_t needed, wkv_problem* p,
                                       wkv_message* msg) {
+    (void)desc; /* p->workspace, p->workspace_size are the caller's (read by the validation) */
     void* handle = NULL;
     uint64_t size = 0;
+    void* ws = p->workspace;
+    size_t ws_size = p->workspace_size;
     memset(&p->workspace_mem, 0, sizeof p->workspace_mem);
-    p->workspace_mem.hi = (int64_t)desc->workspace_size;
-    if (!desc->workspace || !target->ctx || !buffer_device_type(target->backend) ||
-        !wkv_context_find_buffer(target->ctx, desc->workspace, &handle, &size)) {
-        if (desc->workspace && wkv_buffer_is_live(desc->workspace))
+    p->workspace_mem.hi = (int64_t)ws_size;
+    if (!ws || !target->ctx || !buffer_device_type(target->backend) ||
+        !wkv_context_find_buffer(target->ctx, ws, &handle, &size)) {
+        if (ws && wkv_buffer_is_live(ws))
             return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH,
                             "desc->workspace is a wkv_buffer of another context");
         /* a pointer: host memory, except on CUDA, where it may be either (see backend.h) */
         p->workspace_mem.host = target->backend != WKV_BACKEND_CUDA;
-        return wkv_validate_workspace(desc, spans, needed, msg);
+        return check_workspace_ptr(ws, ws_size, spans, needed, msg);
     }
     /* the workspace is a wkv_buffer: [0, workspace_size) of it */
-    if (desc->workspace_size < needed)
+    if (ws_size < needed)
         return wkv_fail(msg, WKV_ERROR_WORKSPACE_TOO_SMALL,
                         "desc->workspace_size is %zu bytes; this call needs %zu (wkv_workspace_size)",
-                        desc->workspace_size, needed);
-    if ((uint64_t)desc->workspace_size > size)
+                        ws_size, needed);
+    if ((uint64_t)ws_size > size)
         return wkv_fail(msg, WKV_ERROR_SHAPE,
                         "desc->workspace_size is %zu bytes but its wkv_buffer has %llu",
-                        desc->workspace_size, (unsigned long long)size);
+                        ws_size, (unsigned long long)size);
     uintptr_t hi = (uintptr_t)needed;
     for (int i = 0; i < spans->count; ++i)
-        if (spans->span[i].buffer == desc->workspace && spans->span[i].lo < hi)
+        if (spans->span[i].buffer == ws && spans->span[i].lo < hi)
             return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace (a wkv_buffer) overlaps %s",
                             spans->span[i].name);
     p->workspace_mem.buffer = handle;

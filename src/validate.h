@@ -34,18 +34,31 @@ typedef struct wkv_spans {
 
 wkv_status wkv_validate_forward(const wkv_target* target, const wkv_forward_desc* desc,
                                 wkv_problem* out, wkv_message* msg);
+/* The same, also giving the spans (for checking the workspace) and the caller's workspace in
+ * out->workspace / workspace_size (not yet checked but for NULL with a size: see
+ * wkv_validate_workspace_mem). */
+wkv_status wkv_validate_forward_spans(const wkv_target* target, const wkv_forward_desc* desc,
+                                      wkv_problem* out, wkv_spans* spans, wkv_message* msg);
+/* Copies a descriptor of the caller's version (struct_size) into *out, the fields that version
+ * lacks defaulted to zero. name: for messages ("desc", "desc->forward"). */
+wkv_status wkv_read_forward_desc(const wkv_forward_desc* desc, const char* name,
+                                  wkv_forward_desc* out, wkv_message* msg);
+wkv_status wkv_read_backward_desc(const wkv_backward_desc* desc, wkv_backward_desc* out,
+                                  wkv_message* msg);
 /* Validates everything but the workspace size (the backend tells the size, see
  * wkv_validate_workspace). */
 wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_desc* desc,
                                  wkv_problem* out, wkv_spans* spans, wkv_message* msg);
-/* The workspace is present, large enough and overlaps no tensor of the problem. */
+/* The workspace is present, large enough and overlaps no tensor of the problem. (The spans'
+ * tensor pointers are NULL after validation: only the byte ranges are kept.) */
 wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans* spans,
                                   size_t needed, wkv_message* msg);
 
 /* ---- device buffers ----
- * Like wkv_validate_workspace, for a context whose backend has device buffers: the workspace
- * may also be a wkv_buffer of target->ctx (then its range is checked inside that buffer).
- * Fills p->workspace_mem (p->mem was filled by wkv_validate_backward). */
+ * Like wkv_validate_workspace, for p->workspace / p->workspace_size (as the validation read
+ * them from the backward's or the forward's descriptor), on any backend: on one with device
+ * buffers the workspace may also be a wkv_buffer of target->ctx (then its range is checked
+ * inside that buffer). Fills p->workspace_mem (p->mem was filled by the validation). */
 wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backward_desc* desc,
                                       const wkv_spans* spans, size_t needed, wkv_problem* p,
                                       wkv_message* msg);
@@ -56,5 +69,8 @@ void wkv_problem_fill_mem(const wkv_spans* spans, wkv_problem* p);
  * first version of every struct); newer, larger ones are accepted when the bytes this library
  * does not know are all zero. */
 wkv_status wkv_check_struct_size(const void* s, size_t known, const char* name, wkv_message* msg);
+/* The same for a struct that grew: `oldest` (the first version's size) is accepted too. */
+wkv_status wkv_check_struct_size_since(const void* s, size_t oldest, size_t known, const char* name,
+                                       wkv_message* msg);
 
 #endif

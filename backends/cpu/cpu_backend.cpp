@@ -231,6 +231,11 @@ wkv_status cpu_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     });
 }
 
+int32_t cpu_saves_checkpoints(void* state, const wkv_problem* p) {
+    const wkv_cpu::OpDesc* op = find_op(state, p->op);
+    return op && wkv_cpu::op_saves(p, *op) ? 1 : 0;
+}
+
 const wkv_backend_iface kCpuIface = {
     WKV_BACKEND_ABI_VERSION,
     (uint32_t)sizeof(wkv_backend_iface),
@@ -250,6 +255,7 @@ const wkv_backend_iface kCpuIface = {
     nullptr, /* buffer_read */
     nullptr, /* auto_skip: the CPU backend is always a candidate */
     nullptr, /* synchronize: every call is complete when it returns */
+    cpu_saves_checkpoints,
 };
 
 } // namespace

@@ -53,6 +53,7 @@ void run_chunks(const BackendState* st, const wkv_problem* p, const OpDesc& op, 
 struct ForwardJob {
     const wkv_problem* p;
     const OpDesc* op;
+    const BackwardJob* save; /* where to save checkpoints, or NULL */
     char* scratch; /* chunk c at scratch + c * chunk_bytes */
     size_t chunk_bytes;
     int64_t group; /* units per item (OpDesc::forward_group) */
@@ -65,7 +66,8 @@ void forward_task(void* data, int64_t begin, int64_t end) noexcept {
         float* scratch = reinterpret_cast<float*>(job->scratch + (size_t)c * job->chunk_bytes);
         int64_t i0, i1;
         chunk_items(job->items, job->chunks, c, &i0, &i1);
-        for (int64_t item = i0; item < i1; ++item) job->op->forward_item(job->p, job->group, item, scratch);
+        for (int64_t item = i0; item < i1; ++item)
+            job->op->forward_item(job->p, job->group, item, scratch, job->save);
     }
 }
 
@@ -140,7 +142,43 @@ void backward_task(void* data, int64_t begin, int64_t end) noexcept {
     }
 }
 
+/* Carves job's regions out of the workspace p->workspace (planned into job->layout), writing
+ * the packed prefix sums. The same places for a saving forward and for the backward. */
+void carve_workspace(const wkv_problem* p, const OpDesc& op, BackwardJob* job) noexcept {
+    char* base = align_ptr(p->workspace);
+    job->p = p;
+    job->op = &op;
+    job->seg_prefix = nullptr;
+    if (p->seq_offsets) {
+        int64_t* prefix = reinterpret_cast<int64_t*>(base + job->layout.prefix_off);
+        int64_t acc = 0;
+        for (int64_t s = 0; s < p->num_seqs; ++s) {
+            prefix[s] = acc;
+            acc += segment_count(p->seq_offsets[s + 1] - p->seq_offsets[s],
+                                 op.checkpoint_interval);
+        }
+        prefix[p->num_seqs] = acc;
+        job->seg_prefix = prefix;
+    }
+    job->ckpt = reinterpret_cast<float*>(base + job->layout.ckpt_off);
+    job->part = reinterpret_cast<float*>(base + job->layout.part_off);
+    job->chunks = base + job->layout.chunk_off;
+}
+
+/* The workspace holds at least the planned bytes (checked by the core; kept as a guard). */
+wkv_status check_workspace(const wkv_problem* p, const OpDesc& op, const BackwardLayout& L,
+                           wkv_message* msg) noexcept {
+    if (p->workspace == nullptr || p->workspace_size < (size_t)L.total) {
+        set_message(msg, "the workspace has %zu bytes; %s backward needs %zu",
+                    p->workspace ? p->workspace_size : (size_t)0, op.name, (size_t)L.total);
+        return WKV_ERROR_WORKSPACE_TOO_SMALL;
+    }
+    return WKV_OK;
+}
+
 } // namespace
+
+bool op_saves(const wkv_problem* p, const OpDesc& op) { return op.saves && op.saves(p); }
 
 int64_t BackwardJob::first_segment(int64_t s) const noexcept {
     return seg_prefix ? seg_prefix[s] : s * segment_count(p->T, op->checkpoint_interval);
@@ -185,9 +223,17 @@ wkv_status run_forward(const BackendState* st, const wkv_problem* p, const OpDes
         set_message(msg, "cannot allocate %zu bytes of %s forward scratch", total, op.name);
         return WKV_ERROR_OUT_OF_MEMORY;
     }
+    BackwardJob save; /* the checkpoints' places, when saving */
+    if (p->save_checkpoints && op_saves(p, op)) {
+        wkv_status status = plan_backward(st, p, op, &save.layout, msg);
+        if (status == WKV_OK) status = check_workspace(p, op, save.layout, msg);
+        if (status != WKV_OK) return status;
+        carve_workspace(p, op, &save);
+    }
     ForwardJob job;
     job.p = p;
     job.op = &op;
+    job.save = p->save_checkpoints && op_saves(p, op) ? &save : nullptr;
     job.scratch = align_ptr(mem);
     job.chunk_bytes = (size_t)chunk_bytes;
     job.group = group;
@@ -213,32 +259,10 @@ wkv_status run_backward(const BackendState* st, const wkv_problem* p, const OpDe
     BackwardJob job;
     const wkv_status status = plan_backward(st, p, op, &job.layout, msg);
     if (status != WKV_OK) return status;
-    if (p->workspace == nullptr || p->workspace_size < (size_t)job.layout.total) {
-        set_message(msg, "the workspace has %zu bytes; %s backward needs %zu",
-                    p->workspace ? p->workspace_size : (size_t)0, op.name,
-                    (size_t)job.layout.total);
-        return WKV_ERROR_WORKSPACE_TOO_SMALL;
-    }
+    const wkv_status ws = check_workspace(p, op, job.layout, msg);
+    if (ws != WKV_OK) return ws;
     if (job.layout.items == 0) return WKV_OK;
-
-    char* base = align_ptr(p->workspace);
-    job.p = p;
-    job.op = &op;
-    job.seg_prefix = nullptr;
-    if (p->seq_offsets) {
-        int64_t* prefix = reinterpret_cast<int64_t*>(base + job.layout.prefix_off);
-        int64_t acc = 0;
-        for (int64_t s = 0; s < p->num_seqs; ++s) {
-            prefix[s] = acc;
-            acc += segment_count(p->seq_offsets[s + 1] - p->seq_offsets[s],
-                                 op.checkpoint_interval);
-        }
-        prefix[p->num_seqs] = acc;
-        job.seg_prefix = prefix;
-    }
-    job.ckpt = reinterpret_cast<float*>(base + job.layout.ckpt_off);
-    job.part = reinterpret_cast<float*>(base + job.layout.part_off);
-    job.chunks = base + job.layout.chunk_off;
+    carve_workspace(p, op, &job);
     run_chunks(st, p, op, job.layout.chunks, backward_task, &job);
     if (op.backward_reduce) op.backward_reduce(&job);
     return WKV_OK;

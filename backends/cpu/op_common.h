@@ -24,7 +24,10 @@
  * Checkpoints: a sequence of L tokens has G = ceil(L / K) segments of K tokens (K the op's
  * checkpoint interval); the segments of every sequence are numbered consecutively (sequence
  * s starts at BackwardJob::first_segment(s)), so the checkpoint region holds, per item, G
- * states of its sequence. */
+ * states of its sequence. Where the region is does not depend on the thread count (only the
+ * chunk regions after it do), so a forward that saves checkpoints (wkv_problem.
+ * save_checkpoints) writes the prefix sums and the checkpoints at the same places in the same
+ * workspace, and the backward that reuses them (reuse_checkpoints) skips its checkpoint pass. */
 #ifndef WKV_BACKENDS_CPU_OP_COMMON_H
 #define WKV_BACKENDS_CPU_OP_COMMON_H
 
@@ -98,8 +101,11 @@ struct OpDesc {
     uint64_t (*forward_chunk_floats)(const wkv_problem* p, int64_t group, CheckedSize& c);
     /* Computes forward item `item`: units [g * group, min((g + 1) * group, items_per_seq))
      * of sequence s, where item = s * ceil(items_per_seq / group) + g; scratch is the chunk's
-     * (64-byte aligned). */
-    void (*forward_item)(const wkv_problem* p, int64_t group, int64_t item, float* scratch);
+     * (64-byte aligned). save (only where saves() said yes; else NULL): also write the item's
+     * checkpoints into save->ckpt, exactly as backward_item's checkpoint pass would
+     * (save->first_segment() works; its chunks and part are not for the forward). */
+    void (*forward_item)(const wkv_problem* p, int64_t group, int64_t item, float* scratch,
+                         const BackwardJob* save);
     /* The op's backward regions. */
     BackwardSizes (*backward_sizes)(const wkv_problem* p, const BackwardShape& shape,
                                     CheckedSize& c);
@@ -113,6 +119,10 @@ struct OpDesc {
     /* The same for the backward: item = s * ceil(items_per_seq / group) + g walks units
      * [g * group, ...) of sequence s. NULL = 1. */
     int64_t (*backward_group)(const wkv_problem* p, int64_t threads);
+    /* Whether forward_item can save the checkpoints of p's backward (wkv_problem.
+     * save_checkpoints) with results bit-identical to the backward's own pass; when it does,
+     * backward_item skips that pass where p->reuse_checkpoints is set. NULL = never. */
+    bool (*saves)(const wkv_problem* p);
 };
 
 wkv_status run_forward(const BackendState* st, const wkv_problem* p, const OpDesc& op,
@@ -121,6 +131,8 @@ wkv_status backward_workspace_size(const BackendState* st, const wkv_problem* p,
                                    const OpDesc& op, size_t* out_bytes, wkv_message* msg);
 wkv_status run_backward(const BackendState* st, const wkv_problem* p, const OpDesc& op,
                         wkv_message* msg);
+/* Whether the op saves checkpoints for p on this path (OpDesc::saves). */
+bool op_saves(const wkv_problem* p, const OpDesc& op);
 
 /* ---- helpers for the ops with an N x N state per head (RWKV-7, RWKV-6) ---- */
 

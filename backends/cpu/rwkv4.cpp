@@ -70,6 +70,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "op_common.h"
 #include "tensor_access.h"
@@ -285,7 +286,7 @@ uint64_t forward_chunk_floats(const wkv_problem* p, int64_t /* group: 1 */,
 }
 
 void forward_item(const wkv_problem* p, int64_t /* group: 1 */, int64_t item,
-                  float* scratch) noexcept {
+                  float* scratch, const BackwardJob* save) noexcept {
     const int64_t C = p->N, nb = blocks(C), Wm = min64(CB, C);
     const int64_t s = item / nb, c0 = (item % nb) * CB, W = min64(CB, C - c0);
     int64_t batch, t0, t1;
@@ -298,11 +299,21 @@ void forward_item(const wkv_problem* p, int64_t /* group: 1 */, int64_t item,
     /* Read the whole state first: state_out may be the same memory. */
     load_state4(p->state_in, s, c0, W, st);
     load_params(p, c0, W, x.w, x.u, x.wd);
+    /* save: the backward's checkpoints ck[g] = the state before token t0 + g K */
+    const size_t sz = (size_t)(kStateRows * W);
+    float* ck = nullptr;
+    if (save && t1 > t0) {
+        ck = save->ckpt + (size_t)save->first_segment(s) * (size_t)(kStateRows * C) +
+             (size_t)segment_count(t1 - t0, K) * (size_t)(kStateRows * c0);
+        std::memcpy(ck, st, sz * sizeof(float));
+    }
     const bool want_y = view_present(p->y);
     for (int64_t t = t0; t < t1; ++t) {
         load_kv(p, batch, t, c0, W, x);
         step(st, st, W, x.u, x.wd, x.k, x.v, want_y ? y : nullptr);
         if (want_y) store_row(p->y, token_off(p->y, batch, t, c0), W, y);
+        if (ck && (t + 1 - t0) % K == 0 && t + 1 < t1)
+            std::memcpy(ck + (size_t)((t + 1 - t0) / K) * sz, st, sz * sizeof(float));
     }
     store_state4(p->state_out, s, c0, W, st);
 }
@@ -365,14 +376,16 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
                 (size_t)nseg * (size_t)(kStateRows * c0);
 
     /* 1. checkpoints: ck[g] = the state before token t0 + g * K */
-    load_state4(p->state_in, s, c0, W, ck);
-    for (int64_t g = 0; g + 1 < nseg; ++g) {
-        const float* src = ck + (size_t)g * sz;
-        float* dst = ck + (size_t)(g + 1) * sz;
-        for (int64_t q = 0; q < K; ++q) {
-            const int64_t t = t0 + g * K + q;
-            load_kv(p, batch, t, c0, W, x);
-            step(q == 0 ? src : dst, dst, W, x.u, x.wd, x.k, x.v, nullptr);
+    if (!p->reuse_checkpoints) { /* else the forward saved them (saves() below) */
+        load_state4(p->state_in, s, c0, W, ck);
+        for (int64_t g = 0; g + 1 < nseg; ++g) {
+            const float* src = ck + (size_t)g * sz;
+            float* dst = ck + (size_t)(g + 1) * sz;
+            for (int64_t q = 0; q < K; ++q) {
+                const int64_t t = t0 + g * K + q;
+                load_kv(p, batch, t, c0, W, x);
+                step(q == 0 ? src : dst, dst, W, x.u, x.wd, x.k, x.v, nullptr);
+            }
         }
     }
 
@@ -439,12 +452,15 @@ wkv_status check(const wkv_problem* p, wkv_message* msg) {
     return WKV_OK;
 }
 
+/* The forward's state sequence is the checkpoint pass's (the same step on the same values). */
+bool saves(const wkv_problem*) { return true; }
+
 } // namespace
 
 const OpDesc kRwkv4Op = {
     "RWKV-4", K, /* by_channel */ true, check, items_per_seq, forward_chunk_floats,
     forward_item, backward_sizes, backward_item, backward_reduce,
-    /* forward_group: 1 */ nullptr, /* backward_group: 1 */ nullptr,
+    /* forward_group: 1 */ nullptr, /* backward_group: 1 */ nullptr, saves,
 };
 
 } // namespace wkv_cpu

@@ -16,6 +16,7 @@
 constexpr int64_t K4 = kRwkv4CheckpointInterval;
 constexpr int64_t CB4 = kRwkv4ChannelBlock;
 constexpr float kEmptyPP4 = -1e38f;
+constexpr int64_t kStateRows4 = 4; /* a checkpoint block: aa bb ph pl rows */
 
 /* s + e = a + b exactly (TwoSum), e = 0 where s is not finite */
 WKV_SIMD_INLINE void two_sum4(T a, T b, T* s, T* e) noexcept {
@@ -144,7 +145,23 @@ uint64_t forward_chunk_floats4(const wkv_problem* p, int64_t group, CheckedSize&
     return c.mul(10, (uint64_t)padded((int64_t)n));
 }
 
-void forward_item4(const wkv_problem* p, int64_t group, int64_t item, float* scratch) noexcept {
+/* save: copies the run's state (rows of ld) into the backward's checkpoint q of each channel
+ * block of the run (rwkv4.cpp's layout: per block, 4 rows of its n channels). */
+inline void save_state4(const BackwardJob* save, int64_t s, int64_t len, int64_t c0, int64_t n,
+                        int64_t ld, const float* st, int64_t q) noexcept {
+    const int64_t C = save->p->N, nseg = segment_count(len, K4);
+    float* base = save->ckpt + (size_t)save->first_segment(s) * (size_t)(kStateRows4 * C);
+    for (int64_t b0 = 0; b0 < n; b0 += CB4) {
+        const int64_t bn = CB4 < n - b0 ? CB4 : n - b0;
+        float* ck = base + (size_t)nseg * (size_t)(kStateRows4 * (c0 + b0)) +
+                    (size_t)q * (size_t)(kStateRows4 * bn);
+        for (int64_t part = 0; part < kStateRows4; ++part)
+            std::memcpy(ck + part * bn, st + part * ld + b0, sizeof(float) * (size_t)bn);
+    }
+}
+
+void forward_item4(const wkv_problem* p, int64_t group, int64_t item, float* scratch,
+                   const BackwardJob* save) noexcept {
     const int64_t C = p->N, nb = (C + CB4 - 1) / CB4;
     const int64_t items = (nb + group - 1) / group;
     const int64_t s = item / items, c0 = (item % items) * group * CB4;
@@ -170,6 +187,7 @@ void forward_item4(const wkv_problem* p, int64_t group, int64_t item, float* scr
         prefetch_row4(p->k, batch, t, c0, n);
         prefetch_row4(p->v, batch, t, c0, n);
     }
+    if (save && t1 > t0) save_state4(save, s, t1 - t0, c0, n, ld, st, 0);
     for (int64_t t = t0; t < t1; ++t) {
         if (t + kPrefetchAhead < t1) {
             prefetch_row4(p->k, batch, t + kPrefetchAhead, c0, n);
@@ -183,6 +201,8 @@ void forward_item4(const wkv_problem* p, int64_t group, int64_t item, float* scr
         } else {
             step4<false>(st, ld, np, u, wd, k, v, nullptr);
         }
+        if (save && (t + 1 - t0) % K4 == 0 && t + 1 < t1)
+            save_state4(save, s, t1 - t0, c0, n, ld, st, (t + 1 - t0) / K4);
     }
     store_state4v(p->state_out, s, c0, n, ld, st);
 }
@@ -240,7 +260,6 @@ inline void backward_step4(const float* S, int64_t ld, int64_t n, const float* u
     }
 }
 
-constexpr int64_t kStateRows4 = 4;
 
 void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) noexcept {
     const wkv_problem* p = job->p;
@@ -302,8 +321,9 @@ void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) no
     };
 
     /* 1. checkpoints: ck[g] = the state before token t0 + g K */
-    load_state4v(p->state_in, s, c0, n, n, n, ck);
-    for (int64_t g = 0; g + 1 < nseg; ++g) {
+    const int64_t pass = p->reuse_checkpoints ? 0 : nseg; /* reuse: the forward saved them */
+    if (pass) load_state4v(p->state_in, s, c0, n, n, n, ck);
+    for (int64_t g = 0; g + 1 < pass; ++g) {
         float* dst = ck + (size_t)(g + 1) * sz;
         std::memcpy(dst, ck + (size_t)g * sz, sz * sizeof(float));
         for (int64_t q = 0; q < K4; ++q) {
@@ -363,7 +383,12 @@ void backward_item4(const BackwardJob* job, int64_t item, float* scratch) noexce
 
 /* Puts this ISA's RWKV-4 functions into op (a copy of the scalar kRwkv4Op: its workspace sizes
  * and its reduction stay). */
+/* The forward's step4 is the checkpoint pass's, channel by channel, where the backward is this
+ * file's (C a multiple of W); rwkv4.cpp's scalar backward has other roundings. */
+bool saves4(const wkv_problem* p) { return p->N % W == 0; }
+
 inline void install_rwkv4(OpDesc* op) noexcept {
+    op->saves = saves4;
     op->forward_group = forward_group4;
     op->forward_chunk_floats = forward_chunk_floats4;
     op->forward_item = forward_item4;

@@ -16,6 +16,7 @@
  * the same on every path. */
 
 constexpr int kRows6 = 4;
+constexpr int64_t K6 = kRwkv6CheckpointInterval; /* the checkpoint interval */
 
 /* One forward token over the rows [0, Np): src -> dst (may be the same). kY: also y. */
 template <int NV, bool kY>
@@ -87,7 +88,8 @@ uint64_t forward_chunk_floats6(const wkv_problem* p, int64_t group, CheckedSize&
 }
 
 template <int NV>
-void forward_item6_nv(const wkv_problem* p, int64_t G, int64_t item, float* scratch) noexcept {
+void forward_item6_nv(const wkv_problem* p, int64_t G, int64_t item, float* scratch,
+                      const BackwardJob* save) noexcept {
     const int64_t H = p->H, N = p->N, Np = padded(N);
     const int nv = (int)(Np / W);
     const int64_t groups = (H + G - 1) / G;
@@ -111,6 +113,9 @@ void forward_item6_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
     int64_t srs[kMaxGroup];
     float* out[kMaxGroup];
     int64_t out_rs[kMaxGroup];
+    /* save: head g's checkpoints (the backward's layout), as in rwkv7_simd.inl's forward */
+    float* ck[kMaxGroup];
+    const int64_t nseg = segment_count(t1 - t0, K6);
     for (int64_t g = 0; g < nh; ++g) {
         S[g] = scratch + g * Np * Np;
         const int64_t h = h0 + g;
@@ -121,9 +126,15 @@ void forward_item6_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
             }
             continue;
         }
+        ck[g] = save ? save->ckpt + ((size_t)save->first_segment(s) * (size_t)H +
+                                     (size_t)h * (size_t)nseg) * (size_t)(Np * Np)
+                     : nullptr;
         srs[g] = Np;
-        src[g] = state_rows(p->state_in, s, h, N, Np, &srs[g]);
-        if (!src[g]) {
+        src[g] = ck[g] ? nullptr : state_rows(p->state_in, s, h, N, Np, &srs[g]);
+        if (ck[g]) {
+            state_in_padded(p->state_in, s, h, N, Np, ck[g]); /* as the checkpoint pass does */
+            src[g] = ck[g];
+        } else if (!src[g]) {
             state_in_padded(p->state_in, s, h, N, Np, S[g]); /* all of it before any write */
             src[g] = S[g];
             srs[g] = Np;
@@ -141,9 +152,10 @@ void forward_item6_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
         if (t + kPrefetchAhead < t1)
             for (int64_t h = h0; h < h1; ++h)
                 prefetch_token6(p, batch, t + kPrefetchAhead, h, want_y);
+        const int64_t boundary = save && (t + 1 - t0) % K6 == 0 && !last ? (t + 1 - t0) / K6 : 0;
         for (int64_t g = 0; g < nh; ++g) {
             const int64_t h = h0 + g;
-            float* dst = last && out[g] ? out[g] : S[g];
+            float* dst = last && out[g] ? out[g] : boundary ? ck[g] + boundary * Np * Np : S[g];
             const int64_t drs = last && out[g] ? out_rs[g] : Np;
             const float* k = token_in(p->k, batch, t, h, N, Np, kbuf);
             const float* v = token_in(p->v, batch, t, h, N, Np, vbuf);
@@ -164,21 +176,25 @@ void forward_item6_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
         }
     }
     for (int64_t g = 0; g < nh; ++g)
-        if (!out[g]) state_out_padded(p->state_out, s, h0 + g, N, Np, S[g]);
+        if (!out[g]) state_out_padded(p->state_out, s, h0 + g, N, Np, src[g]);
 }
 
-void forward_item6(const wkv_problem* p, int64_t group, int64_t item, float* scratch) noexcept {
+void forward_item6(const wkv_problem* p, int64_t group, int64_t item, float* scratch,
+                   const BackwardJob* save) noexcept {
     switch (p->N) {
-    case 32: forward_item6_nv<32 / W>(p, group, item, scratch); return;
-    case 64: forward_item6_nv<64 / W>(p, group, item, scratch); return;
-    case 128: forward_item6_nv<128 / W>(p, group, item, scratch); return;
-    default: forward_item6_nv<0>(p, group, item, scratch); return;
+    case 32: forward_item6_nv<32 / W>(p, group, item, scratch, save); return;
+    case 64: forward_item6_nv<64 / W>(p, group, item, scratch, save); return;
+    case 128: forward_item6_nv<128 / W>(p, group, item, scratch, save); return;
+    default: forward_item6_nv<0>(p, group, item, scratch, save); return;
     }
 }
 
+/* The forward's sweep is the checkpoint pass's step6_rows (with y besides) where the backward
+ * is this file's (N a multiple of W); rwkv6.cpp's scalar backward has other roundings. */
+bool saves6(const wkv_problem* p) { return p->N % W == 0; }
+
 /* -------------------------------------------------------------------------------- backward */
 
-constexpr int64_t K6 = kRwkv6CheckpointInterval;
 constexpr int64_t kBackwardRows6 = 14; /* r w k v u decay ddw dy dr dw dk dv dd du */
 
 /* One backward step over the rows of dS (row stride Np): on entry the gradient w.r.t. S_t, on
@@ -313,9 +329,11 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
     };
 
     /* 1. checkpoints */
-    state_in_padded(p->state_in, s, h, N, Np, ck);
-    for (int64_t g = 0; g + 1 < nseg; ++g)
-        run_tokens(t0 + g * K6, K6, ck + (size_t)g * n2, ck + (size_t)(g + 1) * n2);
+    if (!p->reuse_checkpoints) { /* else the forward saved them (saves6) */
+        state_in_padded(p->state_in, s, h, N, Np, ck);
+        for (int64_t g = 0; g + 1 < nseg; ++g)
+            run_tokens(t0 + g * K6, K6, ck + (size_t)g * n2, ck + (size_t)(g + 1) * n2);
+    }
 
     /* 2. segments in reverse: replay, then sweep backward */
     state_in_padded(p->dstate_out, s, h, N, Np, dS);
@@ -390,4 +408,5 @@ inline void install_rwkv6(OpDesc* op) noexcept {
     op->forward_item = forward_item6;
     op->backward_sizes = backward_sizes6;
     op->backward_item = backward_item6;
+    op->saves = saves6;
 }

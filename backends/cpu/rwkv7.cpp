@@ -207,7 +207,7 @@ uint64_t forward_chunk_floats(const wkv_problem* p, int64_t /* group: 1 */,
 }
 
 void forward_item(const wkv_problem* p, int64_t /* group: 1 */, int64_t item,
-                  float* scratch) noexcept {
+                  float* scratch, const BackwardJob* save) noexcept {
     const int64_t H = p->H, N = p->N;
     const int64_t s = item / H, h = item % H;
     int64_t batch, t0, t1;
@@ -221,6 +221,12 @@ void forward_item(const wkv_problem* p, int64_t /* group: 1 */, int64_t item,
 
     /* Read the whole state first: state_out may be the same memory. */
     load_state(p->state_in, s, h, N, S);
+    /* save: the backward's checkpoints ck[g] = the state before token t0 + g K */
+    const size_t n2 = (size_t)N * (size_t)N;
+    float* ck = save && t1 > t0 ? save->ckpt + ((size_t)save->first_segment(s) * (size_t)H +
+                                                (size_t)h * (size_t)segment_count(t1 - t0, K)) * n2
+                                : nullptr;
+    if (ck) std::memcpy(ck, S, n2 * sizeof(float));
     const bool want_y = view_present(p->y);
     for (int64_t t = t0; t < t1; ++t) {
         load_inputs(p, batch, t, h, want_y, x, nullptr);
@@ -229,6 +235,8 @@ void forward_item(const wkv_problem* p, int64_t /* group: 1 */, int64_t item,
         float* tmp = S;
         S = S2;
         S2 = tmp;
+        if (ck && (t + 1 - t0) % K == 0 && t + 1 < t1)
+            std::memcpy(ck + (size_t)((t + 1 - t0) / K) * n2, S, n2 * sizeof(float));
     }
     store_state(p->state_out, s, h, N, S);
 }
@@ -291,10 +299,13 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
 
     /* 1. checkpoints: ck[g] = the state before token t0 + g * K. (nseg > 1 means len > K,
      *    so the replay scratch holds K states.) */
-    load_state(p->state_in, s, h, N, ck);
-    for (int64_t g = 0; g + 1 < nseg; ++g) {
-        run_segment(t0 + g * K, K, ck + (size_t)g * n2);
-        std::memcpy(ck + (size_t)(g + 1) * n2, replay + (size_t)(K - 1) * n2, n2 * sizeof(float));
+    if (!p->reuse_checkpoints) { /* else the forward saved them (saves() below) */
+        load_state(p->state_in, s, h, N, ck);
+        for (int64_t g = 0; g + 1 < nseg; ++g) {
+            run_segment(t0 + g * K, K, ck + (size_t)g * n2);
+            std::memcpy(ck + (size_t)(g + 1) * n2, replay + (size_t)(K - 1) * n2,
+                        n2 * sizeof(float));
+        }
     }
 
     /* 2. segments in reverse: replay, then sweep backward */
@@ -327,12 +338,15 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
     store_state(p->dstate_in, s, h, N, dS);
 }
 
+/* The forward's state sequence is the checkpoint pass's (the same step on the same values). */
+bool saves(const wkv_problem*) { return true; }
+
 } // namespace
 
 const OpDesc kRwkv7Op = {
     "RWKV-7", K, /* by_channel */ false, check_decay_form, items_per_head, forward_chunk_floats,
     forward_item, backward_sizes, backward_item, /* backward_reduce: none */ nullptr,
-    /* forward_group: 1 */ nullptr, /* backward_group: 1 */ nullptr,
+    /* forward_group: 1 */ nullptr, /* backward_group: 1 */ nullptr, saves,
 };
 
 } // namespace wkv_cpu

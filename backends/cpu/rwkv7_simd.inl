@@ -18,6 +18,7 @@
 #define WKV_RWKV7_ROWS 4
 #endif
 constexpr int kRows = WKV_RWKV7_ROWS; /* value rows per pass (a multiple of 4) */
+constexpr int64_t K7 = kRwkv7CheckpointInterval; /* the checkpoint interval */
 
 /* One token over the rows [0, Np) of the state: src rows (row stride srs) -> dst rows (drs);
  * dst may be src (in place). NV: vectors per row (0 = the run-time nv). kY: also y = S_new . r
@@ -164,7 +165,8 @@ uint64_t forward_chunk_floats7(const wkv_problem* p, int64_t group, CheckedSize&
 }
 
 template <int NV>
-void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scratch) noexcept {
+void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scratch,
+                      const BackwardJob* save) noexcept {
     const int64_t H = p->H, N = p->N, Np = padded(N);
     const int nv = (int)(Np / W);
     const int64_t groups = (H + G - 1) / G;
@@ -180,6 +182,11 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
     int64_t srs[kMaxGroup];
     float* out[kMaxGroup];       /* state_out rows addressed in place, or NULL */
     int64_t out_rs[kMaxGroup];
+    /* save: head g's checkpoints (the backward's layout), the state before token t0 + q K at
+     * ck[g] + q Np^2; the forward's own sweep writes them: the token before a boundary steps
+     * into the checkpoint, the next one steps out of it */
+    float* ck[kMaxGroup];
+    const int64_t nseg = segment_count(t1 - t0, K7);
     for (int64_t g = 0; g < nh; ++g) {
         S[g] = scratch + g * Np * Np;
         const int64_t h = h0 + g;
@@ -190,9 +197,15 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
             }
             continue;
         }
+        ck[g] = save ? save->ckpt + ((size_t)save->first_segment(s) * (size_t)H +
+                                     (size_t)h * (size_t)nseg) * (size_t)(Np * Np)
+                     : nullptr;
         srs[g] = Np;
-        src[g] = state_rows(p->state_in, s, h, N, Np, &srs[g]);
-        if (!src[g]) {
+        src[g] = ck[g] ? nullptr : state_rows(p->state_in, s, h, N, Np, &srs[g]);
+        if (ck[g]) {
+            state_in_padded(p->state_in, s, h, N, Np, ck[g]); /* as the checkpoint pass does */
+            src[g] = ck[g];
+        } else if (!src[g]) {
             state_in_padded(p->state_in, s, h, N, Np, S[g]); /* all of it before any write */
             src[g] = S[g];
             srs[g] = Np;
@@ -209,9 +222,10 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
         const bool last = t + 1 == t1;
         if (t + kPrefetchAhead < t1)
             for (int64_t h = h0; h < h1; ++h) prefetch_token7(p, batch, t + kPrefetchAhead, h, want_y);
+        const int64_t boundary = save && (t + 1 - t0) % K7 == 0 && !last ? (t + 1 - t0) / K7 : 0;
         for (int64_t g = 0; g < nh; ++g) {
             const int64_t h = h0 + g;
-            float* dst = last && out[g] ? out[g] : S[g];
+            float* dst = last && out[g] ? out[g] : boundary ? ck[g] + boundary * Np * Np : S[g];
             const int64_t drs = last && out[g] ? out_rs[g] : Np;
             const Inputs7 in = load_inputs7(p, batch, t, h, Np, want_y, x, nullptr);
             if (want_y) {
@@ -227,15 +241,16 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
         }
     }
     for (int64_t g = 0; g < nh; ++g)
-        if (!out[g]) state_out_padded(p->state_out, s, h0 + g, N, Np, S[g]);
+        if (!out[g]) state_out_padded(p->state_out, s, h0 + g, N, Np, src[g]);
 }
 
-void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scratch) noexcept {
+void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scratch,
+                   const BackwardJob* save) noexcept {
     switch (p->N) {
-    case 32: forward_item7_nv<32 / W>(p, group, item, scratch); return;
-    case 64: forward_item7_nv<64 / W>(p, group, item, scratch); return;
-    case 128: forward_item7_nv<128 / W>(p, group, item, scratch); return;
-    default: forward_item7_nv<0>(p, group, item, scratch); return;
+    case 32: forward_item7_nv<32 / W>(p, group, item, scratch, save); return;
+    case 64: forward_item7_nv<64 / W>(p, group, item, scratch, save); return;
+    case 128: forward_item7_nv<128 / W>(p, group, item, scratch, save); return;
+    default: forward_item7_nv<0>(p, group, item, scratch, save); return;
     }
 }
 
@@ -256,7 +271,6 @@ void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scr
  *   checkpoints = H * (sum_s ceil(L_s / K)) * Np^2   (as rwkv7.cpp's, N padded to Np)
  *   chunk       = (G + R) * Np^2 + G * R * kTokRows * Np + Np
  *                 (the group's dS, R replay states, G * R token records, one row of sums). */
-constexpr int64_t K7 = kRwkv7CheckpointInterval;
 /* record rows: r k v a b dy decay ddw sa dr (w before it) dw dk dv da db */
 constexpr int64_t kTokRows = 15;
 constexpr int64_t kBackwardGroup = 4;
@@ -476,9 +490,10 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
 
     /* 1. checkpoints: ck(j, g) = head j's state before token t0 + g K, token-major over the
      *    group (each head runs in place in replay[j]; nseg > 1 means R = K >= G) */
-    for (int64_t j = 0; j < nh; ++j) state_in_padded(p->state_in, s, h0 + j, N, Np, ck(j, 0));
-    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t) prefetch_all(t, false);
-    for (int64_t g = 0; g + 1 < nseg; ++g) {
+    const int64_t pass = p->reuse_checkpoints ? 0 : nseg; /* reuse: the forward saved them */
+    for (int64_t j = 0; j < nh && pass; ++j) state_in_padded(p->state_in, s, h0 + j, N, Np, ck(j, 0));
+    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1 && pass; ++t) prefetch_all(t, false);
+    for (int64_t g = 0; g + 1 < pass; ++g) {
         for (int64_t u = 0; u < K7; ++u) {
             const int64_t t = t0 + g * K7 + u;
             if (t + kPrefetchAhead < t1) prefetch_all(t + kPrefetchAhead, false);
@@ -556,7 +571,11 @@ void backward_item7(const BackwardJob* job, int64_t item, float* scratch) noexce
 }
 
 /* Puts this ISA's RWKV-7 functions into op (a copy of the scalar kRwkv7Op). */
+/* The forward's sweep is the checkpoint pass's step_rows on the same rows (with y besides). */
+bool saves7(const wkv_problem*) { return true; }
+
 inline void install_rwkv7(OpDesc* op) noexcept {
+    op->saves = saves7;
     op->backward_group = backward_group7;
     op->backward_sizes = backward_sizes7;
     op->backward_item = backward_item7;

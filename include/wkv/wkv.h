@@ -24,6 +24,17 @@
  * (and optionally d state_out), ask wkv_workspace_size() for the scratch it needs, and call
  * wkv_backward(). Backward recomputes the forward from the checkpointed states it writes into
  * that workspace; it never divides by the decay.
+ *   To skip that recomputation, let the forward leave the checkpoints behind: give the forward
+ * descriptor the backward's workspace (f.workspace, f.workspace_size: wkv_workspace_size() of
+ * the backward descriptor, same memory-space rules), and set WKV_BACKWARD_REUSE_CHECKPOINTS in
+ * the backward's flags. You promise that between the two calls neither the workspace's bytes
+ * nor the forward's input data changed (the library cannot see changed data). The context
+ * checks the rest: a backward with the flag must run on the same context, with a workspace at
+ * the same address that a forward saved into, whose descriptor matches the one the forward ran
+ * with (op, decay form, flags, dtypes, shapes, strides, packing, state_in present or not);
+ * otherwise it fails with WKV_ERROR_INVALID_ARGUMENT naming `workspace`. Where a backend does
+ * not save checkpoints (today only the CPU backend does), the forward ignores its workspace and
+ * such a backward recomputes them as without the flag: the flag never changes a result.
  *
  * ============================================================================ CONVENTIONS
  *
@@ -343,7 +354,25 @@ typedef struct wkv_forward_desc {
      * through). num_seqs = 0 means "not packed". */
     const int64_t* seq_offsets;
     int64_t num_seqs;
+    /* Optional (training): the workspace of the wkv_backward that will differentiate this call
+     * (wkv_workspace_size() of that backward descriptor, in the backward's memory space).
+     * When set, the forward also writes into it the state checkpoints the backward needs, and
+     * that backward may skip recomputing them (WKV_BACKWARD_REUSE_CHECKPOINTS; see USAGE).
+     * NULL (with size 0) = not training. Checked: too small -> WKV_ERROR_WORKSPACE_TOO_SMALL,
+     * overlapping a tensor -> WKV_ERROR_ALIASING, before anything is written. A backend that
+     * does not save checkpoints ignores it. (Appended fields: a struct_size without them means
+     * NULL, 0.) */
+    void* workspace;
+    size_t workspace_size;
 } wkv_forward_desc;
+
+enum {
+    /* desc->workspace holds what wkv_forward saved into it (forward_desc->workspace) on this
+     * context, with a descriptor equal to desc->forward, and neither the workspace nor the
+     * forward's input data changed since: the backward reuses those checkpoints instead of
+     * recomputing them. See USAGE (Training). */
+    WKV_BACKWARD_REUSE_CHECKPOINTS = 1u << 0
+};
 
 typedef struct wkv_backward_desc {
     size_t struct_size; /* sizeof(wkv_backward_desc) */
@@ -358,8 +387,10 @@ typedef struct wkv_backward_desc {
     wkv_tensor dr, dw, dk, dv, da, db, du;
     wkv_tensor dstate_in; /* optional: gradient w.r.t. state_in (shape of the state) */
     void* workspace;      /* scratch of at least wkv_workspace_size() bytes, memory space of
-                             the backend; contents undefined on return */
+                             the backend; contents undefined on return (but checkpoints a
+                             forward saved in it stay reusable by further backwards) */
     size_t workspace_size;
+    uint32_t flags;       /* WKV_BACKWARD_* (appended: a struct_size without it means 0) */
 } wkv_backward_desc;
 
 /* Runs the forward recurrence. */

@@ -170,6 +170,8 @@ class wkv_forward_desc(Structure):
         ("state_out", wkv_tensor),
         ("seq_offsets", POINTER(c_int64)),
         ("num_seqs", c_int64),
+        ("workspace", c_void_p),
+        ("workspace_size", c_size_t),
     ]
 
 
@@ -191,6 +193,7 @@ class wkv_backward_desc(Structure):
         ("dstate_in", wkv_tensor),
         ("workspace", c_void_p),
         ("workspace_size", c_size_t),
+        ("flags", c_uint32),
     ]
 
 
