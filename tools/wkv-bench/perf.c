@@ -59,7 +59,7 @@ static void perf_usage(FILE* f) {
             "                      [--device I] [--B B] [--T T] [--H H] [--N N]\n"
             "                      [--dtype f32|f16|bf16] [--threads K] [--decay FORM]\n"
             "                      [--pass forward|backward|both] [--repeat R] [--warmup W]\n"
-            "                      [--no-state] [--seed S] [--json]\n"
+            "                      [--no-state] [--reuse] [--seed S] [--json]\n"
             "\n"
             "Times wkv_forward and/or wkv_backward on random inputs that look like a model's,\n"
             "W warm-up calls, then R timed samples (wall clock, CLOCK_MONOTONIC). On the CPU a\n"
@@ -90,6 +90,12 @@ static void perf_usage(FILE* f) {
             "  --pass P       forward, backward or both (default both)\n"
             "  --repeat R     timed calls (default 5); --warmup W  untimed calls first (default 1)\n"
             "  --no-state     no state_in / state_out (start from zero, drop the final state)\n"
+            "  --reuse        training with checkpoints saved by the forward: times, interleaved\n"
+            "                 in each sample (so that a busy machine slows all alike), the\n"
+            "                 forward, the backward, the forward saving its checkpoints into the\n"
+            "                 backward's workspace (pass \"fwd+save\") and the backward reusing\n"
+            "                 them (WKV_BACKWARD_REUSE_CHECKPOINTS, pass \"bwd-reuse\"), then the\n"
+            "                 ratios of the medians (backward / forward); --pass is ignored\n"
             "  --seed S       random seed (default 1)\n"
             "  --json         one JSON object per measurement per line, keys: op backend device\n"
             "                 dtype B T H N threads pass decay state repeat median_ms min_ms\n"
@@ -133,6 +139,7 @@ typedef struct perf_cfg {
     wkv_decay_form decay;
     int decay_set; /* --decay given */
     int fwd, bwd, repeat, warmup, json, state;
+    int reuse; /* --reuse */
     uint64_t seed;
 } perf_cfg;
 
@@ -347,6 +354,35 @@ static wkv_status perf_time(const perf_cfg* c, wkv_context* ctx, const wkv_forwa
     return st;
 }
 
+/* --reuse: the four calls of a training step, each timed once per sample, in the same
+ * sample (A/B interleaved): plain forward, plain backward, forward saving its checkpoints, and
+ * backward reusing them. times holds 4 * repeat slots. Returns the status. */
+static wkv_status perf_time_reuse(const perf_cfg* c, wkv_context* ctx, const wkv_forward_desc* fd,
+                                  const wkv_backward_desc* bd, int device, double* times) {
+    wkv_forward_desc fs = *fd;
+    fs.workspace = bd->workspace;
+    fs.workspace_size = bd->workspace_size;
+    wkv_backward_desc br = *bd;
+    br.forward = &fs;
+    br.flags = WKV_BACKWARD_REUSE_CHECKPOINTS;
+    wkv_status st = WKV_OK;
+    for (int i = 0; i < c->warmup + c->repeat && st == WKV_OK; i++) {
+        const int k = i - c->warmup; /* < 0: warm-up */
+        double dt[4] = {0, 0, 0, 0};
+        st = perf_call(ctx, fd, NULL, device, 1, &dt[0]);
+        if (st == WKV_OK) st = perf_call(ctx, fd, bd, device, 1, &dt[1]);
+        if (st == WKV_OK) st = perf_call(ctx, &fs, NULL, device, 1, &dt[2]);
+        if (st == WKV_OK) st = perf_call(ctx, &fs, &br, device, 1, &dt[3]);
+        for (int j = 0; j < 4 && k >= 0; j++) times[j * c->repeat + k] = dt[j];
+    }
+    return st;
+}
+
+static double perf_median(double* x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 /* One op, one shape, one dtype, one context. Returns 0, or -1 after printing an error. */
 static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
                     const char* device, int threads, const perf_op* op, wkv_dtype dt,
@@ -367,7 +403,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
     void* gp[2] = {0};
     float *st0 = NULL, *st1 = NULL, *dsT = NULL, *ds0 = NULL, *tmp = NULL;
     void *y = NULL, *dy = NULL, *ws = NULL;
-    double* times = (double*)malloc((size_t)c->repeat * sizeof *times);
+    double* times = (double*)malloc((size_t)c->repeat * 4 * sizeof *times); /* 4: --reuse */
     perf_resident res;
     res.n = 0;
     int ok = times != NULL;
@@ -477,7 +513,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
             if (perf_make_resident(ctx, &res, fwd_tensors[i], "the forward tensors")) goto done;
     }
 
-    if (c->fwd) {
+    if (c->fwd && !c->reuse) {
         st = perf_time(c, ctx, &fd, NULL, on_device, times, &batch);
         if (st != WKV_OK) {
             fprintf(stderr, "wkv-bench perf: wkv_forward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
@@ -489,7 +525,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
                     op->flop_fwd,
                     fwd_tok * tok_bytes + op->npar * par_bytes + 2.0 * state_bytes);
     }
-    if (c->bwd) {
+    if (c->bwd || c->reuse) {
         wkv_backward_desc bd;
         memset(&bd, 0, sizeof bd);
         bd.struct_size = sizeof bd;
@@ -545,6 +581,34 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
             goto done;
         }
         bd.workspace_size = wsz;
+        if (c->reuse) {
+            st = perf_time_reuse(c, ctx, &fd, &bd, on_device, times);
+            if (st != WKV_OK) {
+                fprintf(stderr, "wkv-bench perf: --reuse (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
+                        op->name, (long long)s->B, (long long)s->T, (long long)s->H,
+                        (long long)s->N, wkvt_dtype_name(dt), wkv_last_error(ctx));
+                goto done;
+            }
+            static const char* passes[4] = {"forward", "backward", "fwd+save", "bwd-reuse"};
+            double med[4];
+            for (int j = 0; j < 4; j++) {
+                double* x = times + j * c->repeat;
+                const int bwd_pass = j % 2;
+                perf_report(c, op, backend, device, dt, s, threads, passes[j], x, c->repeat, 1,
+                            bwd_pass ? op->flop_bwd : op->flop_fwd,
+                            bwd_pass ? bwd_tok * tok_bytes + 2.0 * op->npar * par_bytes + 3.0 * state_bytes
+                                     : fwd_tok * tok_bytes + op->npar * par_bytes + 2.0 * state_bytes);
+                med[j] = perf_median(x, c->repeat);
+            }
+            if (!c->json)
+                printf("%s ratios threads=%d: backward/forward %.2f, bwd-reuse/forward %.2f, "
+                       "bwd-reuse/fwd+save %.2f, fwd+save/forward %.2f, step (fwd+save + bwd-reuse)/"
+                       "(forward + backward) %.2f\n",
+                       op->name, threads, med[1] / med[0], med[3] / med[0], med[3] / med[2],
+                       med[2] / med[0], (med[2] + med[3]) / (med[0] + med[1]));
+            rc = 0;
+            goto done;
+        }
         st = perf_time(c, ctx, &fd, &bd, on_device, times, &batch);
         if (st != WKV_OK) {
             fprintf(stderr, "wkv-bench perf: wkv_backward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
@@ -698,12 +762,15 @@ int bench_perf(int argc, char** argv) {
             c.json = 1;
         } else if (!strcmp(argv[i], "--no-state")) {
             c.state = 0;
+        } else if (!strcmp(argv[i], "--reuse")) {
+            c.reuse = 1;
         } else if (argv[i][0] == '-') {
             return bench_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else {
             return bench_usage_error(cmd, "unexpected argument '%s'", argv[i]);
         }
     }
+    if (c.reuse) c.bwd = 1; /* the backward's tensors are needed */
     if (nops == 1 && ops[0]->op == WKV_OP_RWKV4 && c.decay_set &&
         c.decay != WKV_DECAY_EXP_NEG_EXP)
         return bench_usage_error(cmd, "--decay: rwkv4 takes only exp_neg_exp, not '%s'",

@@ -122,6 +122,18 @@ def test_workspace_too_small(rng):
         wkv.rwkv7_backward(*x.values(), dy=dy, workspace=np.empty(16, np.uint8))
 
 
+def test_reuse_checkpoints_without_a_saving_forward(rng):
+    x = _x(rng, T=40)
+    dy = np.ones((1, 40, 1, 4), np.float32)
+    ws = np.empty(wkv.workspace_size("rwkv7", x, dy), np.uint8)
+    with _raises(wkv.InvalidArgumentError, 2, "desc->workspace holds no checkpoints"):
+        wkv.rwkv7_backward(*x.values(), dy=dy, workspace=ws, reuse_checkpoints=True)
+    with pytest.raises(wkv.InvalidArgumentError, match="needs workspace="):
+        wkv.rwkv7_backward(*x.values(), dy=dy, reuse_checkpoints=True)
+    with _raises(wkv.WorkspaceTooSmallError, 10, "desc->workspace_size is 16 bytes; this call needs"):
+        wkv.rwkv7(*x.values(), workspace=np.empty(16, np.uint8))
+
+
 def test_unsupported_ops(rng):
     B, T, H, N = 1, 4, 1, 4
     x = _x(rng, B, T, H, N)

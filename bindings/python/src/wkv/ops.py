@@ -28,6 +28,7 @@ from . import _lib
 from ._lib import (
     DECAY_CODES,
     DECAY_NAMES,
+    WKV_BACKWARD_REUSE_CHECKPOINTS,
     WKV_DEVICE_CPU,
     WKV_DEVICE_CUDA_HOST,
     WKV_ERROR_NULL_POINTER,
@@ -301,8 +302,10 @@ def _want_autograd(objs: Sequence[Any]) -> bool:
 def forward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], state: Any = None, *,
             decay: Union[str, int, None] = None, state_layout: Optional[str] = None, seq_offsets: Any = None,
             out: Any = None, state_out: Any = None, context: Optional[Context] = None, convert: bool = False,
-            dtype: Optional[str] = None, poison: bool = False) -> WkvOutput:
-    """Runs ``wkv_forward`` for `spec` (the public op functions call this)."""
+            dtype: Optional[str] = None, poison: bool = False, workspace: Any = None) -> WkvOutput:
+    """Runs ``wkv_forward`` for `spec` (the public op functions call this). With `workspace`
+    (the backward's), the forward also saves its checkpoints there for a backward with
+    ``reuse_checkpoints=True``."""
     decay_c = decay_code(fn, spec.default_decay if decay is None else decay)
     flags = layout_flags(spec, fn, state_layout or spec.layouts[0])
     bf16 = _bf16(fn, dtype)
@@ -319,6 +322,8 @@ def forward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], state: Any = None,
             y_obj, desc.y = call.output(out, "out", alloc, v.shape, v, poison=poison)
             s_shape = _state_shape(spec, v.shape, num_seqs, flags)
             s_obj, desc.state_out = call.output(state_out, "state_out", alloc, s_shape, None, F32, poison=poison)
+            if workspace is not None:
+                desc.workspace, desc.workspace_size = buffer_address(workspace, "workspace", fn)
             call.check(lib.wkv_forward(ctx.handle, byref(desc)))
             del keep
         finally:
@@ -329,8 +334,12 @@ def forward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], state: Any = None,
 def backward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], dy: Any, state: Any = None, dstate: Any = None, *,
              decay: Union[str, int, None] = None, state_layout: Optional[str] = None, seq_offsets: Any = None,
              out: Optional[Mapping[str, Any]] = None, workspace: Any = None, context: Optional[Context] = None,
-             convert: bool = False, dtype: Optional[str] = None, poison: bool = False) -> Any:
+             convert: bool = False, dtype: Optional[str] = None, poison: bool = False,
+             reuse_checkpoints: bool = False) -> Any:
     """Runs ``wkv_workspace_size`` + ``wkv_backward`` for `spec`."""
+    if reuse_checkpoints and workspace is None:
+        raise InvalidArgumentError("%s: reuse_checkpoints=True needs workspace= (the one the forward "
+                                   "saved its checkpoints into)" % fn)
     decay_c = decay_code(fn, spec.default_decay if decay is None else decay)
     flags = layout_flags(spec, fn, state_layout or spec.layouts[0])
     bf16 = _bf16(fn, dtype)
@@ -379,6 +388,8 @@ def backward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], dy: Any, state: A
                     keep.append(ws)
                     bd.workspace, _ = buffer_address(ws, "workspace", fn)
                     bd.workspace_size = n.value
+            if reuse_checkpoints:
+                bd.flags = WKV_BACKWARD_REUSE_CHECKPOINTS
             call.check(lib.wkv_backward(ctx.handle, byref(bd)))
             del keep
         finally:
@@ -435,6 +446,10 @@ _COMMON_DOC = """
             states have one slot per sequence.
         out: optional array to write y into (same shape as v).
         state_out: optional array for the final state; may be `state` itself (in place).
+        workspace: optional, for training: the workspace the backward will get (at least
+            :func:`wkv.workspace_size` bytes); the forward also saves its state checkpoints
+            there, so that ``<op>_backward(..., workspace=it, reuse_checkpoints=True)`` skips
+            recomputing them. Backends that do not save checkpoints ignore it.
         context: a :class:`wkv.Context`; default: the one of :func:`wkv.use_context`, else a
             shared context for the memory the tensors live in (CPU backend for host arrays).
         convert: allow float32 / contiguous *copies of inputs* that are not float32, float16,
@@ -460,9 +475,10 @@ def _doc(text: str) -> str:
 def rwkv7(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, b: ArrayLike,
           state: Optional[ArrayLike] = None, *, decay: Union[str, int] = "clampw", state_layout: str = "vk",
           seq_offsets: Any = None, out: Any = None, state_out: Any = None, context: Optional[Context] = None,
-          convert: bool = False, dtype: Optional[str] = None) -> WkvOutput:
+          convert: bool = False, dtype: Optional[str] = None,
+          workspace: Any = None) -> WkvOutput:
     if _want_autograd((r, w, k, v, a, b, state)):
-        if out is not None or state_out is not None:
+        if out is not None or state_out is not None or workspace is not None:
             raise InvalidArgumentError("wkv.rwkv7: out= and state_out= do not support autograd "
                                        "(inputs require grad)")
         from . import torch as _t
@@ -471,7 +487,7 @@ def rwkv7(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, 
                                    seq_offsets=seq_offsets, context=context))
     return forward(SPECS["rwkv7"], "wkv.rwkv7", dict(r=r, w=w, k=k, v=v, a=a, b=b), state, decay=decay,
                    state_layout=state_layout, seq_offsets=seq_offsets, out=out, state_out=state_out,
-                   context=context, convert=convert, dtype=dtype)
+                   context=context, convert=convert, dtype=dtype, workspace=workspace)
 
 
 rwkv7.__doc__ = _doc("""RWKV-7 WKV forward.
@@ -501,7 +517,8 @@ def rwkv7_backward(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, a: Ar
                    decay: Union[str, int] = "clampw", state_layout: str = "vk", seq_offsets: Any = None,
                    out: Optional[Mapping[str, Any]] = None, workspace: Any = None,
                    context: Optional[Context] = None, convert: bool = False,
-                   dtype: Optional[str] = None) -> Rwkv7Grads:
+                   dtype: Optional[str] = None,
+                   reuse_checkpoints: bool = False) -> Rwkv7Grads:
     """RWKV-7 WKV backward: the gradients of a loss L given dL/dy (``dy``, shape of v) and
     optionally dL/d(final state) (``dstate``).
 
@@ -514,6 +531,12 @@ def rwkv7_backward(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, a: Ar
         workspace: optional scratch (a contiguous numpy uint8 array, or a torch tensor on the
             context's device) of at least :func:`wkv.workspace_size` bytes, to reuse across
             calls; allocated per call when None.
+        reuse_checkpoints: the forward was called with ``workspace=`` this same workspace (on
+            the same context, with the same inputs and arguments, nothing written to the
+            workspace since): reuse the state checkpoints it saved there instead of
+            recomputing them (faster on the CPU backend; the results are the same bit for
+            bit). The library checks the workspace's address and the arguments (raises
+            InvalidArgumentError naming ``workspace`` otherwise) but cannot see changed data.
         other arguments: as :func:`wkv.rwkv7`.
 
     Returns:
@@ -523,15 +546,17 @@ def rwkv7_backward(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, a: Ar
     """
     return backward(SPECS["rwkv7"], "wkv.rwkv7_backward", dict(r=r, w=w, k=k, v=v, a=a, b=b), dy, state, dstate,
                     decay=decay, state_layout=state_layout, seq_offsets=seq_offsets, out=out, workspace=workspace,
-                    context=context, convert=convert, dtype=dtype)
+                    context=context, convert=convert, dtype=dtype,
+                    reuse_checkpoints=reuse_checkpoints)
 
 
 def rwkv6(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, u: ArrayLike, state: Optional[ArrayLike] = None,
           *, decay: Union[str, int] = "exp_neg_exp", state_layout: str = "vk", seq_offsets: Any = None,
           out: Any = None, state_out: Any = None, context: Optional[Context] = None, convert: bool = False,
-          dtype: Optional[str] = None) -> WkvOutput:
+          dtype: Optional[str] = None,
+          workspace: Any = None) -> WkvOutput:
     if _want_autograd((r, w, k, v, u, state)):
-        if out is not None or state_out is not None:
+        if out is not None or state_out is not None or workspace is not None:
             raise InvalidArgumentError("wkv.rwkv6: out= and state_out= do not support autograd")
         from . import torch as _t
 
@@ -539,7 +564,7 @@ def rwkv6(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, u: ArrayLike, 
                                    seq_offsets=seq_offsets, context=context))
     return forward(SPECS["rwkv6"], "wkv.rwkv6", dict(r=r, w=w, k=k, v=v, u=u), state, decay=decay,
                    state_layout=state_layout, seq_offsets=seq_offsets, out=out, state_out=state_out,
-                   context=context, convert=convert, dtype=dtype)
+                   context=context, convert=convert, dtype=dtype, workspace=workspace)
 
 
 rwkv6.__doc__ = _doc("""RWKV-6 (and RWKV-5) WKV forward.
@@ -565,19 +590,22 @@ def rwkv6_backward(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, u: Ar
                    decay: Union[str, int] = "exp_neg_exp", state_layout: str = "vk", seq_offsets: Any = None,
                    out: Optional[Mapping[str, Any]] = None, workspace: Any = None,
                    context: Optional[Context] = None, convert: bool = False,
-                   dtype: Optional[str] = None) -> Rwkv6Grads:
+                   dtype: Optional[str] = None,
+                   reuse_checkpoints: bool = False) -> Rwkv6Grads:
     """RWKV-6 backward; returns ``Rwkv6Grads(dr, dw, dk, dv, du, dstate0)``. Arguments as
     :func:`wkv.rwkv7_backward`."""
     return backward(SPECS["rwkv6"], "wkv.rwkv6_backward", dict(r=r, w=w, k=k, v=v, u=u), dy, state, dstate,
                     decay=decay, state_layout=state_layout, seq_offsets=seq_offsets, out=out, workspace=workspace,
-                    context=context, convert=convert, dtype=dtype)
+                    context=context, convert=convert, dtype=dtype,
+                    reuse_checkpoints=reuse_checkpoints)
 
 
 def rwkv4(w: ArrayLike, u: ArrayLike, k: ArrayLike, v: ArrayLike, state: Optional[ArrayLike] = None, *,
           state_layout: str = "planar", seq_offsets: Any = None, out: Any = None, state_out: Any = None,
-          context: Optional[Context] = None, convert: bool = False, dtype: Optional[str] = None) -> WkvOutput:
+          context: Optional[Context] = None, convert: bool = False, dtype: Optional[str] = None,
+          workspace: Any = None) -> WkvOutput:
     if _want_autograd((w, u, k, v, state)):
-        if out is not None or state_out is not None:
+        if out is not None or state_out is not None or workspace is not None:
             raise InvalidArgumentError("wkv.rwkv4: out= and state_out= do not support autograd")
         from . import torch as _t
 
@@ -585,7 +613,7 @@ def rwkv4(w: ArrayLike, u: ArrayLike, k: ArrayLike, v: ArrayLike, state: Optiona
                                    context=context))
     return forward(SPECS["rwkv4"], "wkv.rwkv4", dict(w=w, u=u, k=k, v=v), state, decay="exp_neg_exp",
                    state_layout=state_layout, seq_offsets=seq_offsets, out=out, state_out=state_out,
-                   context=context, convert=convert, dtype=dtype)
+                   context=context, convert=convert, dtype=dtype, workspace=workspace)
 
 
 rwkv4.__doc__ = _doc("""RWKV-4 WKV forward (numerically stable form).
@@ -605,9 +633,11 @@ def rwkv4_backward(w: ArrayLike, u: ArrayLike, k: ArrayLike, v: ArrayLike, dy: A
                    state: Optional[ArrayLike] = None, dstate: Optional[ArrayLike] = None, *,
                    state_layout: str = "planar", seq_offsets: Any = None, out: Optional[Mapping[str, Any]] = None,
                    workspace: Any = None, context: Optional[Context] = None, convert: bool = False,
-                   dtype: Optional[str] = None) -> Rwkv4Grads:
+                   dtype: Optional[str] = None,
+                   reuse_checkpoints: bool = False) -> Rwkv4Grads:
     """RWKV-4 backward; returns ``Rwkv4Grads(dw, du, dk, dv, dstate0)``. Arguments as
     :func:`wkv.rwkv7_backward`."""
     return backward(SPECS["rwkv4"], "wkv.rwkv4_backward", dict(w=w, u=u, k=k, v=v), dy, state, dstate,
                     decay="exp_neg_exp", state_layout=state_layout, seq_offsets=seq_offsets, out=out,
-                    workspace=workspace, context=context, convert=convert, dtype=dtype)
+                    workspace=workspace, context=context, convert=convert, dtype=dtype,
+                    reuse_checkpoints=reuse_checkpoints)
