@@ -56,6 +56,7 @@ static const wkv_backend_iface k_iface = {
     /* .buffer_read    = */ wkv_vk_buffer_read,
     /* .auto_skip      = */ wkv_vk_auto_skip,
     /* .synchronize    = */ NULL, /* every call waits for its fence before it returns */
+    /* .saves_checkpoints = */ NULL, /* the forward ignores a workspace; backward recomputes */
 };
 
 __attribute__((visibility("default"))) const wkv_backend_iface* wkv_plugin_entry(uint32_t core_abi) {
