@@ -29,6 +29,7 @@ struct Case {
     int64_t T = 75, H = 2, N = 64; // RWKV-4: C = N
     int64_t B = 2;                 // sequences (packed: their count, in one row)
     bool packed = false, strided = false, with_s0 = true, with_dsT = true;
+    bool aligned = false; // per-token tensors start on a 64-byte boundary (vector stores)
     uint32_t flags = 0; // forward flags (WKV_FLAG_STATE_KEY_MAJOR)
     int threads = 1;
 };
@@ -71,6 +72,13 @@ struct Problem {
             str[last - 1] = 2 * shp[last];
             for (size_t d = last - 1; d-- > 0;) str[d] = str[d + 1] * shp[d + 1];
             t[name].reset(new HostTensor(c.dtype, shp, str, 3));
+        } else if (c.aligned && per_token) { // contiguous, shifted onto a 64-byte boundary
+            std::vector<int64_t> str(shp.size(), 1);
+            for (size_t d = shp.size() - 1; d-- > 0;) str[d] = str[d + 1] * shp[d + 1];
+            HostTensor* x = new HostTensor(c.dtype, shp, str, 16);
+            const uintptr_t at = reinterpret_cast<uintptr_t>(x->buf.data());
+            x->offset_elems = ((64 - at % 64) % 64) / x->elem_size();
+            t[name].reset(x);
         } else {
             t[name].reset(new HostTensor(per_token || name == "u" || name == "w" ? c.dtype : WKV_DTYPE_F32, shp));
         }
@@ -372,4 +380,51 @@ TEST_CASE("checkpoints: callers built against the older descriptors get the defa
     // a size between the versions is no version
     p.f.struct_size = offsetof(wkv_forward_desc, workspace) + 4;
     CHECK(wkv_forward(cx.ctx, &p.f) == WKV_ERROR_STRUCT_SIZE);
+}
+
+TEST_CASE("checkpoints: long calls (gradients streamed past the caches) still match the float64 reference") {
+    // Above 1 MiB per gradient tensor the vector backwards write the gradients with
+    // non-temporal stores (simd_common.inl, stream_gradients); this size takes that path, with
+    // and without reused checkpoints, on every path.
+    for (const std::string& isa : runnable_cpu_isas()) {
+        CAPTURE(isa);
+        ScopedIsa scope(isa.c_str());
+        for (wkv_op op : {WKV_OP_RWKV7, WKV_OP_RWKV6, WKV_OP_RWKV4}) {
+            const std::string label_op = op_label(op);
+            CAPTURE(label_op);
+            const int64_t H = op == WKV_OP_RWKV4 ? 1 : 8, N = op == WKV_OP_RWKV4 ? 512 : 64;
+            CpuCtx cx(2);
+            Case c;
+            c.aligned = true;
+            c.op = op;
+            c.B = 1;
+            c.T = 530;
+            c.H = H;
+            c.N = N;
+            c.threads = 2;
+            Problem p(c);
+            size_t bytes = 0;
+            REQUIRE(wkv_workspace_size(cx.ctx, &bytes, &p.g) == WKV_OK);
+            Workspace ws(bytes);
+            p.g.workspace = ws.data();
+            p.g.workspace_size = bytes;
+            REQUIRE(static_cast<double>(p.ap.T * p.ap.H * p.ap.N) > 262144.0);
+            REQUIRE((reinterpret_cast<uintptr_t>(p.g.dk.data) + p.g.dk.byte_offset) % 64 == 0);
+            REQUIRE(wkv_forward(cx.ctx, &p.f) == WKV_OK);
+            REQUIRE(wkv_backward(cx.ctx, &p.g) == WKV_OK);
+            const std::vector<unsigned char> want = p.bytes(true);
+            const Arrays ref = any_reference(p.ap);
+            for (const std::string& name : any_grads(op)) {
+                CAPTURE(name);
+                CHECK(rel_err(p.t[name]->read(), ref.at(name)) < 1e-5);
+            }
+            p.poison(true);
+            p.f.workspace = ws.data();
+            p.f.workspace_size = bytes;
+            REQUIRE(wkv_forward(cx.ctx, &p.f) == WKV_OK);
+            p.g.flags = WKV_BACKWARD_REUSE_CHECKPOINTS;
+            REQUIRE(wkv_backward(cx.ctx, &p.g) == WKV_OK);
+            CHECK(p.bytes(true) == want);
+        }
+    }
 }

@@ -312,6 +312,7 @@ void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) no
 
     const int64_t nseg = segment_count(len, K4);
     const int64_t seg0 = job->first_segment(s);
+    const bool nt = stream_gradients(p);
     float* ck = job->ckpt + (size_t)seg0 * (size_t)(kStateRows4 * C) +
                 (size_t)nseg * (size_t)(kStateRows4 * c0);
 
@@ -364,13 +365,14 @@ void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) no
             load_kv(t, &k, &v);
             const float* dy = row_in(p->dy, token_off4(p->dy, batch, t, c0), n, n, dyb);
             backward_step4(S, n, n, u, wd, k, v, dy, gaa, gbb, gpp, dk, dv, dwd, du);
-            row_out(p->dk, token_off4(p->dk, batch, t, c0), n, dk);
-            row_out(p->dv, token_off4(p->dv, batch, t, c0), n, dv);
+            grad_out(nt, p->dk, token_off4(p->dk, batch, t, c0), n, dk);
+            grad_out(nt, p->dv, token_off4(p->dv, batch, t, c0), n, dv);
         }
     }
 
     /* 3. */
     store_state4v(p->dstate_in, s, c0, n, n, gs);
+    V::stream_fence(); /* the gradients' non-temporal stores, before the item counts as done */
 }
 
 void backward_item4(const BackwardJob* job, int64_t item, float* scratch) noexcept {

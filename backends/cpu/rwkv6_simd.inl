@@ -308,6 +308,7 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
 
     const int64_t nseg = segment_count(len, K6);
     const int64_t seg0 = job->first_segment(s);
+    const bool nt = stream_gradients(p);
     float* ck = job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)h * (size_t)nseg) * n2;
 
     /* The m >= 1 tokens from ts on from state `start`: the state after token ts + q into
@@ -375,16 +376,17 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
                 V::store(dv + j, V::fma(V::load(dy + j), rukv, V::load(dv + j)));
                 V::store(dw + j, V::mul(V::load(dd + j), V::load(ddw + j)));
             }
-            token_out(p->dr, batch, t, h, N, dr);
-            token_out(p->dw, batch, t, h, N, dw);
-            token_out(p->dk, batch, t, h, N, dk);
-            token_out(p->dv, batch, t, h, N, dv);
+            token_grad_out(nt, p->dr, batch, t, h, N, dr);
+            token_grad_out(nt, p->dw, batch, t, h, N, dw);
+            token_grad_out(nt, p->dk, batch, t, h, N, dk);
+            token_grad_out(nt, p->dv, batch, t, h, N, dv);
         }
     }
 
     /* 3. */
     state_out_padded(p->dstate_in, s, h, N, Np, dS);
     for (int64_t j = 0; j < N; ++j) du_out[j] = du[j];
+    V::stream_fence(); /* the gradients' non-temporal stores, before the item counts as done */
 }
 
 void backward_item6(const BackwardJob* job, int64_t item, float* scratch) noexcept {

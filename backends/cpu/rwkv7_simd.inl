@@ -289,7 +289,8 @@ inline Tok7 load_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
     const int64_t N = p->N;
     auto in = [&](const wkv_view& v, float* buf) -> const float* {
         const float* x = token_in(v, batch, t, h, N, Np, buf);
-        if (copy && x != buf) std::memcpy(buf, x, sizeof(float) * (size_t)Np);
+        if (copy && x != buf) /* a row in the tensor (Np floats): inline vector copies */
+            for (int64_t j = 0; j < Np; j += W) V::store(buf + j, V::load(x + j));
         return buf;
     };
     Tok7 x;
@@ -481,6 +482,7 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
 
     const int64_t nseg = segment_count(len, K7);
     const int64_t seg0 = job->first_segment(s);
+    const bool nt = stream_gradients(p);
     auto ck = [&](int64_t j, int64_t g) {
         return job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)(h0 + j) * (size_t)nseg + (size_t)g) * n2;
     };
@@ -546,12 +548,12 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
             for (int64_t j = 0; j < nh; ++j) {
                 const float* r = rec(j, u);
                 const int64_t h = h0 + j;
-                token_out(p->dr, batch, t, h, N, r + 9 * Np);
-                token_out(p->dw, batch, t, h, N, r + 10 * Np);
-                token_out(p->dk, batch, t, h, N, r + 11 * Np);
-                token_out(p->dv, batch, t, h, N, r + 12 * Np);
-                token_out(p->da, batch, t, h, N, r + 13 * Np);
-                token_out(p->db, batch, t, h, N, r + 14 * Np);
+                token_grad_out(nt, p->dr, batch, t, h, N, r + 9 * Np);
+                token_grad_out(nt, p->dw, batch, t, h, N, r + 10 * Np);
+                token_grad_out(nt, p->dk, batch, t, h, N, r + 11 * Np);
+                token_grad_out(nt, p->dv, batch, t, h, N, r + 12 * Np);
+                token_grad_out(nt, p->da, batch, t, h, N, r + 13 * Np);
+                token_grad_out(nt, p->db, batch, t, h, N, r + 14 * Np);
             }
         }
     }
@@ -559,6 +561,7 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
     /* 3. */
     for (int64_t j = 0; j < nh; ++j)
         state_out_padded(p->dstate_in, s, h0 + j, N, Np, dSs + (size_t)j * n2);
+    V::stream_fence(); /* the gradients' non-temporal stores, before the item counts as done */
 }
 
 void backward_item7(const BackwardJob* job, int64_t item, float* scratch) noexcept {

@@ -23,6 +23,10 @@ struct V {
 
     static inline T load(const float* p) { return _mm256_loadu_ps(p); }
     static inline void store(float* p, T x) { _mm256_storeu_ps(p, x); }
+    /* a non-temporal store (p 32-byte aligned), and the fence that orders such stores before
+     * the item's completion is published */
+    static inline void stream(float* p, T x) { _mm256_stream_ps(p, x); }
+    static inline void stream_fence() { _mm_sfence(); }
     static inline T zero() { return _mm256_setzero_ps(); }
     static inline T set1(float x) { return _mm256_set1_ps(x); }
     static inline T add(T a, T b) { return _mm256_add_ps(a, b); }

@@ -14,6 +14,10 @@ struct V {
 
     static inline T load(const float* p) { return _mm512_loadu_ps(p); }
     static inline void store(float* p, T x) { _mm512_storeu_ps(p, x); }
+    /* a non-temporal store (p 64-byte aligned), and the fence that orders such stores before
+     * the item's completion is published */
+    static inline void stream(float* p, T x) { _mm512_stream_ps(p, x); }
+    static inline void stream_fence() { _mm_sfence(); }
     static inline T zero() { return _mm512_setzero_ps(); }
     static inline T set1(float x) { return _mm512_set1_ps(x); }
     static inline T add(T a, T b) { return _mm512_add_ps(a, b); }

@@ -120,18 +120,37 @@ inline const float* row_in(const wkv_view& v, int64_t off, int64_t n, int64_t Np
 
 /* store_row() with vector conversions for contiguous 16-bit rows. */
 inline void row_out(const wkv_view& v, int64_t off, int64_t n, const float* src) noexcept {
-    if (v.stride[3] != 1 || v.elem == WKV_ELEM_F32) {
+    if (v.stride[3] != 1) {
         store_row(v, off, n, src);
         return;
     }
-    char* dst = v.data + off * 2;
     int64_t j = 0;
+    if (v.elem == WKV_ELEM_F32) { /* inline vector stores: a memcpy call per row cost more */
+        float* dst = reinterpret_cast<float*>(v.data + off * 4);
+        for (; j + W <= n; j += W) V::store(dst + j, V::load(src + j));
+        if (j < n) store_row(v, off + j, n - j, src + j);
+        return;
+    }
+    char* dst = v.data + off * 2;
     if (v.elem == WKV_ELEM_F16) {
         for (; j + W <= n; j += W) V::store_f16(dst + 2 * j, V::load(src + j));
     } else {
         for (; j + W <= n; j += W) V::store_bf16(dst + 2 * j, V::load(src + j));
     }
     if (j < n) store_row(v, off + j, n - j, src + j);
+}
+
+/* row_out() for rows written once and not read again soon (the backward's gradients of a long
+ * sequence): float32 rows that are whole aligned vectors go out by non-temporal stores, which
+ * skip reading each line before writing it (half the memory traffic) and leave the caches to
+ * the state. The caller runs V::stream_fence() before its item ends. */
+inline void row_out_stream(const wkv_view& v, int64_t off, int64_t n, const float* src) noexcept {
+    float* dst = reinterpret_cast<float*>(v.data + off * 4);
+    if (v.elem != WKV_ELEM_F32 || v.stride[3] != 1 || n % W != 0 || !vector_aligned(dst)) {
+        row_out(v, off, n, src);
+        return;
+    }
+    for (int64_t j = 0; j < n; j += W) V::stream(dst + j, V::load(src + j));
 }
 
 /* Token rows of a per-token view [b, t, h, :]. */
@@ -142,6 +161,20 @@ inline const float* token_in(const wkv_view& v, int64_t b, int64_t t, int64_t h,
 inline void token_out(const wkv_view& v, int64_t b, int64_t t, int64_t h, int64_t n,
                       const float* src) noexcept {
     row_out(v, view_offset(v, b, t, h), n, src);
+}
+/* Whether a backward streams its per-token gradients (row_out_stream): when one gradient
+ * tensor is larger than 1 MiB, more than the caches keep for the caller anyway; smaller
+ * calls (decode) leave them in the cache. */
+inline bool stream_gradients(const wkv_problem* p) noexcept {
+    return (double)p->B * (double)p->T * (double)p->H * (double)p->N > 262144.0;
+}
+inline void grad_out(bool stream, const wkv_view& v, int64_t off, int64_t n, const float* src) noexcept {
+    if (stream) row_out_stream(v, off, n, src);
+    else row_out(v, off, n, src);
+}
+inline void token_grad_out(bool stream, const wkv_view& v, int64_t b, int64_t t, int64_t h, int64_t n,
+                           const float* src) noexcept {
+    grad_out(stream, v, view_offset(v, b, t, h), n, src);
 }
 
 /* Tokens ahead whose rows the kernels prefetch. A sequence's token rows are H * N elements

@@ -17,6 +17,9 @@ struct V {
 
     static inline T load(const float* p) { return vld1q_f32(p); }
     static inline void store(float* p, T x) { vst1q_f32(p, x); }
+    /* no non-temporal store worth it here: a plain store (and no fence) */
+    static inline void stream(float* p, T x) { vst1q_f32(p, x); }
+    static inline void stream_fence() {}
     static inline T zero() { return vdupq_n_f32(0.0f); }
     static inline T set1(float x) { return vdupq_n_f32(x); }
     static inline T add(T a, T b) { return vaddq_f32(a, b); }
