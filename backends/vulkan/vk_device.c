@@ -546,6 +546,7 @@ void wkv_vk_destroy(void* state) {
         vkw_buffer_destroy(st, &st->rec_staging);
         vkw_buffer_destroy(st, &st->rec_mirror);
         vkw_buffer_destroy(st, &st->rec_scratch);
+        vkw_buffer_destroy(st, &st->rec_params);
         if (st->rec_desc_pool) st->fn.vkDestroyDescriptorPool(st->device, st->rec_desc_pool, NULL);
         if (st->fence) st->fn.vkDestroyFence(st->device, st->fence, NULL);
         if (st->cmd_pool) st->fn.vkDestroyCommandPool(st->device, st->cmd_pool, NULL);

@@ -144,7 +144,7 @@ typedef struct wkv_vk_state {
      * rec_* set of cached objects (swapped in), so that synchronous calls made before the
      * host's command buffer runs do not overwrite what it reads. */
     int recording;
-    vkw_buffer rec_staging, rec_mirror, rec_scratch;
+    vkw_buffer rec_staging, rec_mirror, rec_scratch, rec_params;
     VkDescriptorPool rec_desc_pool;
     uint32_t rec_desc_pool_sets;
 

@@ -267,6 +267,7 @@ static void swap_record_objects(wkv_vk_state* st) {
     WKV_VK_SWAP(vkw_buffer, st->staging, st->rec_staging);
     WKV_VK_SWAP(vkw_buffer, st->mirror, st->rec_mirror);
     WKV_VK_SWAP(vkw_buffer, st->scratch, st->rec_scratch);
+    WKV_VK_SWAP(vkw_buffer, st->params, st->rec_params);
     WKV_VK_SWAP(VkDescriptorPool, st->desc_pool, st->rec_desc_pool);
     WKV_VK_SWAP(uint32_t, st->desc_pool_sets, st->rec_desc_pool_sets);
 }

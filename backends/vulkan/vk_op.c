@@ -155,8 +155,10 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) any_host |= op->slot[i].used && op->slot[i].host;
     /* No host tensor (a decode loop on buffers): the parameter block straight into device
      * memory the host can write, so the command buffer has no copy and no barrier for it.
-     * Not while recording into the host's command buffer (it runs later: rec_* objects). */
-    if (!any_host && st->params_direct && !st->recording) {
+     * While recording into the host's command buffer this is rec_params (swapped in, see
+     * wkv_vk_record): the host runs the recording before it records with this context again
+     * (wkv_vulkan.h), so rewriting it in place is safe there too. */
+    if (!any_host && st->params_direct) {
         s = vkw_buffer_reserve(st, &st->params, op->params_bytes, WKV_VK_HOST_DEVICE, msg);
         if (s == WKV_OK) {
             op->total = 0;
@@ -223,6 +225,9 @@ void wkv_vk_write_set(wkv_vk_state* st, int kernel, VkDescriptorSet set, const o
 
 /* Starts the command buffer: staging -> mirror, then a barrier before the shaders. */
 wkv_status wkv_vk_record_upload(wkv_vk_state* st, const op_plan* op, wkv_message* msg) {
+    /* Recording with nothing to copy: the host's barrier before the op (wkv_vulkan.h) is all
+     * the dispatches need, so no barrier of ours (each costs microseconds: NOTES.md, decode). */
+    if (st->recording && op->total == 0) return WKV_OK;
     wkv_status s = vkw_begin(st, msg);
     if (s) return s;
     if (op->total == 0) return WKV_OK; /* the parameter block is in place */
@@ -236,8 +241,6 @@ wkv_status wkv_vk_record_upload(wkv_vk_state* st, const op_plan* op, wkv_message
 /* Ends the command buffer: host outputs mirror -> staging; submits, waits, and copies them to
  * the caller's memory. */
 wkv_status wkv_vk_finish_and_download(wkv_vk_state* st, const op_plan* op, wkv_message* msg) {
-    vkw_barrier(st, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                VK_ACCESS_TRANSFER_READ_BIT);
     VkBufferCopy c[WKV_PROBLEM_VIEWS];
     uint32_t n = 0;
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
@@ -247,7 +250,11 @@ wkv_status wkv_vk_finish_and_download(wkv_vk_state* st, const op_plan* op, wkv_m
         c[n].size = sp->range;
         ++n;
     }
-    if (n) st->fn.vkCmdCopyBuffer(st->cmd, st->mirror.buffer, st->staging.buffer, n, c);
+    if (n) { /* only then: a barrier costs microseconds (NOTES.md, decode) */
+        vkw_barrier(st, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                    VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+        st->fn.vkCmdCopyBuffer(st->cmd, st->mirror.buffer, st->staging.buffer, n, c);
+    }
     wkv_status s = vkw_submit_wait(st, msg);
     if (s) return s;
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {

@@ -73,9 +73,12 @@
  *           VK_ACCESS_SHADER_WRITE_BIT (outputs: write-after-read hazards);
  *   after:  the outputs are written by VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT /
  *           VK_ACCESS_SHADER_WRITE_BIT: a barrier from there to the stage that reads them.
- * Inside the recording the library places the barriers its own dispatches need (between the
- * parameter upload, which is a vkCmdUpdateBuffer/vkCmdCopyBuffer, and the dispatches, and
- * between workspace batches). Host-memory tensors (a) are refused by the record_* entry points
+ * Inside the recording the library places the barriers its own dispatches need (between
+ * workspace batches; and, on a device without host-visible device-local memory, between the
+ * parameter block's vkCmdCopyBuffer and the dispatches). Where the device has such memory
+ * (discrete GPUs with resizable BAR, integrated GPUs) the parameter block is written there by
+ * the record_* call itself, and a forward records no barrier at all: the host's "before"
+ * barrier is the only one, so it is required. Host-memory tensors (a) are refused by the record_* entry points
  * (WKV_ERROR_DEVICE_MISMATCH): everything must be in buffers. The command buffer must stay
  * valid until it has executed, and so must the recorded call's buffers; the library's own
  * per-call objects (parameter block, descriptor sets, device scratch for a host-memory
