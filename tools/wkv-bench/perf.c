@@ -88,7 +88,9 @@ static void perf_usage(FILE* f) {
             "  --decay FORM   clampw|log|exp_neg_exp|direct for rwkv7 and rwkv6 (default clampw\n"
             "                 for rwkv7, exp_neg_exp for rwkv6); rwkv4 is always exp_neg_exp\n"
             "  --pass P       forward, backward or both (default both)\n"
-            "  --repeat R     timed calls (default 5); --warmup W  untimed calls first (default 1)\n"
+            "  --repeat R     timed calls (default 5); --warmup W  untimed calls first (default 1);\n"
+            "                 on a GPU backend a warm-up (W > 0) also lasts at least 1 s of calls, so\n"
+            "                 that a GPU idle while the inputs were drawn is back at its clocks\n"
             "  --no-state     no state_in / state_out (start from zero, drop the final state)\n"
             "  --reuse        training with checkpoints saved by the forward: times, interleaved\n"
             "                 in each sample (so that a busy machine slows all alike), the\n"
@@ -339,6 +341,23 @@ static wkv_status perf_call(wkv_context* ctx, const wkv_forward_desc* fd, const 
     return st;
 }
 
+/* On a GPU backend every warm-up lasts at least this long (seconds of back-to-back calls):
+ * drawing a large shape's inputs takes the host seconds, during which the GPU idles, and a GPU
+ * under dynamic clocks (NVIDIA's under Vulkan: a CUDA context holds its clocks, a Vulkan
+ * device does not) drops to idle clocks and comes back only under sustained load. One warm-up
+ * call was not enough: on the H100 the Vulkan forward at B=8 T=4096 then ran 5.5x slower
+ * (11.8 ms against 2.14 ms), the ratio of idle to boost clocks (backends/vulkan/NOTES.md). */
+static const double perf_device_warm_s = 1.0;
+
+/* Calls fd / bd until perf_device_warm_s has passed (GPU backends). */
+static wkv_status perf_warm_device(wkv_context* ctx, const wkv_forward_desc* fd, const wkv_backward_desc* bd) {
+    const double t0 = wkvt_now();
+    double t = 0;
+    wkv_status st = WKV_OK;
+    while (st == WKV_OK && wkvt_now() - t0 < perf_device_warm_s) st = perf_call(ctx, fd, bd, 1, 1, &t);
+    return st;
+}
+
 /* Warm-up, then `repeat` timed samples. On a GPU backend the batch is sized so a sample takes
  * about 2 ms. Returns the status; *batch_out says what was used. */
 static wkv_status perf_time(const perf_cfg* c, wkv_context* ctx, const wkv_forward_desc* fd,
@@ -346,6 +365,7 @@ static wkv_status perf_time(const perf_cfg* c, wkv_context* ctx, const wkv_forwa
     double t = 0;
     wkv_status st = WKV_OK;
     for (int i = 0; i < c->warmup && st == WKV_OK; i++) st = perf_call(ctx, fd, bd, device, 1, &t);
+    if (st == WKV_OK && device && c->warmup > 0) st = perf_warm_device(ctx, fd, bd);
     if (st == WKV_OK && device) st = perf_call(ctx, fd, bd, device, 1, &t);
     int batch = 1;
     if (device && t > 0 && t < 2e-3) batch = (int)(2e-3 / t) < 1000 ? (int)(2e-3 / t) : 1000;
@@ -366,6 +386,7 @@ static wkv_status perf_time_reuse(const perf_cfg* c, wkv_context* ctx, const wkv
     br.forward = &fs;
     br.flags = WKV_BACKWARD_REUSE_CHECKPOINTS;
     wkv_status st = WKV_OK;
+    if (device && c->warmup > 0) st = perf_warm_device(ctx, fd, bd);
     for (int i = 0; i < c->warmup + c->repeat && st == WKV_OK; i++) {
         const int k = i - c->warmup; /* < 0: warm-up */
         double dt[4] = {0, 0, 0, 0};

@@ -9,6 +9,8 @@
  *        env VKEXP_DATA=bench: wkv-bench's model-like inputs instead of 16 MiB random tiles;
  *        VKEXP_YFILL=1 (with bench data): y filled with random tiles; VKEXP_ZERO=1: buffers
  *        zero-filled first; VKEXP_INTERLEAVE=1: each buffer filled right after it is made
+ *   vkexp mix B T                  RWKV-7: wkv-bench's inputs in one tensor at a time, all, all
+ *                                  with the low mantissa bits randomised (cmd_mix)
  *   vkexp floor                    empty submit, timestamps-only submit, decode B=1/64/256
  *                                  (guest recording, 16 steps per command buffer, synchronous)
  * Build (from a build directory with the Vulkan plugin):
@@ -405,6 +407,81 @@ static int cmd_fwd(int argc, char** argv) {
     return 0;
 }
 
+/* ------------------------------------------------------------------ which input is slow */
+/* vkexp mix B T: RWKV-7 with wkv-bench's inputs in one tensor at a time (the others random
+ * tiles), then all of them, then all of them with the low 8 mantissa bits of every value
+ * randomised (the values move by < 2^-15 relative: arithmetic would not notice, a memory
+ * system that compresses bit patterns would). Kernel time by GPU timestamps, median of 3. */
+static int cmd_mix(int argc, char** argv) {
+    if (argc < 4) return 2;
+    const int64_t B = atoll(argv[2]), T = atoll(argv[3]), H = 32, N = 64;
+    const uint64_t elems = (uint64_t)(B * T * H * N), tb = elems * 4, sb = (uint64_t)(B * H * N * N) * 4;
+    int64_t shape[4] = {B, T, H, N}, sshape[4] = {B, H, N, N};
+    wkv_context* ctx = guest();
+    hbuf bufs[9];
+    wkv_buffer* wb[9];
+    for (int i = 0; i < 9; i++) {
+        const uint64_t sz = i < 7 ? tb : sb;
+        if (!make(sz, -1, 0, &bufs[i]) || wkv_vulkan_buffer_import(ctx, bufs[i].b, sz, &wb[i]) != WKV_OK)
+            return printf("alloc failed\n"), 1;
+    }
+    float* h[6];
+    for (int i = 0; i < 6; i++) h[i] = (float*)malloc(tb);
+    wkvt_rng rng;
+    wkvt_rng_seed(&rng, 1);
+    wkvt_rwkv7_random(&rng, 2, WKV_DECAY_CLAMPW, B, T, H, N, h[0], h[1], h[2], h[3], h[4], h[5]);
+    const int kinds[7] = {0, 1, 2, 3, 4, 5, 3};
+    fill_up(ctx, wb[6], 0, tb, 3);
+    fill_up(ctx, wb[7], 0, sb, 6);
+    wkv_forward_desc f;
+    memset(&f, 0, sizeof f);
+    f.struct_size = sizeof f;
+    f.op = WKV_OP_RWKV7;
+    f.decay_form = WKV_DECAY_CLAMPW;
+    wkv_tensor* slots[7] = {&f.r, &f.w, &f.k, &f.v, &f.a, &f.b, &f.y};
+    for (int i = 0; i < 7; i++) *slots[i] = wkv_tensor_make_buffer(wb[i], 0, WKV_DTYPE_F32, 4, shape);
+    f.state_in = wkv_tensor_make_buffer(wb[7], 0, WKV_DTYPE_F32, 4, sshape);
+    f.state_out = wkv_tensor_make_buffer(wb[8], 0, WKV_DTYPE_F32, 4, sshape);
+    const char* names[6] = {"r", "w", "k", "v", "a", "b"};
+    /* the most telling first: all, all perturbed, then one tensor at a time (-1: none) */
+    const int order[9] = {6, 7, 1, 4, 5, 0, 2, 3, -1};
+    float* hp[6];
+    for (int i = 0; i < 6; i++) {
+        unsigned x = 987654321u + 17u * (unsigned)i;
+        hp[i] = (float*)malloc(tb);
+        for (uint64_t e = 0; e < elems; e++) {
+            x = x * 1664525u + 1013904223u;
+            uint32_t u;
+            memcpy(&u, &h[i][e], 4);
+            u ^= (x >> 24) & 0xffu;
+            memcpy(&hp[i][e], &u, 4);
+        }
+    }
+    for (int oi = 0; oi < 9; oi++) {
+        const int cfg = order[oi];
+        for (int i = 0; i < 6; i++) {
+            const int bench = cfg == i || cfg >= 6;
+            if (bench) wkv_buffer_upload(ctx, wb[i], 0, cfg == 7 ? hp[i] : h[i], tb);
+            else fill_up(ctx, wb[i], 0, tb, kinds[i]);
+        }
+        double gpu[3];
+        for (int r = -1; r < 3; r++) {
+            begin();
+            vkCmdResetQueryPool(cmd, qp, 0, 2);
+            barrier_all();
+            vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, qp, 0);
+            if (wkv_vulkan_record_forward(ctx, cmd, &f) != WKV_OK) return printf("record: %s\n", wkv_last_error(ctx)), 1;
+            vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, qp, 1);
+            submit_spin();
+            if (r >= 0) gpu[r] = gpu_seconds();
+        }
+        printf("MIX B=%lld T=%lld bench inputs: %-14s gpu_ms=%.3f\n", (long long)B, (long long)T,
+               cfg < 0 ? "none" : cfg < 6 ? names[cfg] : cfg == 6 ? "all" : "all+lowbits", 1e3 * median(gpu, 3));
+        fflush(stdout);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ decode floors */
 static int cmd_floor(void) {
     const int reps = 200;
@@ -532,5 +609,6 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[1], "mem")) return print_mem(), 0;
     if (!strcmp(argv[1], "fwd")) return cmd_fwd(argc, argv);
     if (!strcmp(argv[1], "floor")) return cmd_floor();
+    if (!strcmp(argv[1], "mix")) return cmd_mix(argc, argv);
     return 2;
 }
