@@ -176,6 +176,10 @@ if [ -d "$root/.vk" ]; then
   } >"$out/vulkan.log" 2>&1
   note "vulkan: $(grep -c ' PASS ' "$out/vulkan.log") golden PASS, $(grep -c ' FAIL ' "$out/vulkan.log") FAIL; $(grep -E 'wkv_vulkan_tests rc|test cases:|engine example rc' "$out/vulkan.log" | tr '\n' ' ')"
   if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
+    # the SM clock every 100 ms while Vulkan is timed: the H100 idles at ~345 MHz and a
+    # Vulkan run timed before it ramps up reads ~5.5x slow (backends/vulkan/NOTES.md, run E)
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 >"$out/vulkan_clocks.csv" 2>&1 &
+    clk=$!
     vb() { vkrun "$vk/wkv-bench" perf --backend vulkan "$@" --H 32 --N 64 --dtype f32 --repeat 5 --json >>"$perf" 2>>"$out/vulkan.log" ||
            note "wkv-bench perf --backend vulkan $* failed (vulkan.log)"; }
     vb --B 1,8 --T 4096 --pass forward
@@ -187,6 +191,8 @@ if [ -d "$root/.vk" ]; then
     # NOTES.md, "Where B=8 T=4096 goes"): the knee in B at T=4096 and in T at B=8
     vb --B 2,4 --T 4096 --pass forward
     vb --B 8 --T 1024,2048 --pass forward
+    kill "$clk" 2>/dev/null
+    note "vulkan perf SM clock (MHz): $(awk -F', ' '{print $2}' "$out/vulkan_clocks.csv" | sort -n | awk '{a[NR]=$1} END {if (NR) print "min " a[1] ", median " a[int((NR+1)/2)] ", max " a[NR] " over " NR " samples"}')"
   fi
   stamp "vulkan done" | tee -a "$summary"
 fi
