@@ -49,7 +49,6 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -78,7 +77,6 @@ struct CudaState {
     cudaStream_t own_stream = nullptr;
     cudaStream_t stream = nullptr;
     int sm_count = 0;
-    int rwkv7_split = 0; /* WKV_CUDA_RWKV7_SPLIT at creation: forced forward blocks per head */
     int smem_optin = 0;
     int K1[kNumHeadSizes] = {0, 0, 0}; /* 0: backward does not fit this device */
     int K2[kNumHeadSizes] = {0, 0, 0};
@@ -299,8 +297,6 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
         return WKV_ERROR_BACKEND_UNAVAILABLE;
     }
     cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, device);
-    /* read per context, not once per process, so one test program can compare splits */
-    if (const char* sp = std::getenv("WKV_CUDA_RWKV7_SPLIT")) st->rwkv7_split = std::atoi(sp);
     cudaDeviceGetAttribute(&st->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     int smem_sm = 0, smem_reserved = 0;
     cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
@@ -738,8 +734,7 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     for (int64_t first = 0; first < p->num_seqs; first += per) {
         const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
         fill_seq(p, first, count, &prm.seq);
-        const cudaError_t e = (cudaError_t)rwkv7_launch_forward((int)p->N, prm, count * p->H, st->sm_count,
-                                                                    st->rwkv7_split, st->stream);
+        const cudaError_t e = (cudaError_t)rwkv7_launch_forward((int)p->N, prm, count * p->H, st->sm_count, st->stream);
         if (e != cudaSuccess) return cuda_fail(st, e, msg, "RWKV-7 forward launch");
     }
     return stage_out(st, &pl, &drain, msg);

@@ -67,12 +67,8 @@ size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2);
 int rwkv7_max_k1();
 
 /* Launchers (rwkv7.cu). They only enqueue; they return the cudaError_t of the launch as int. */
-/* blocks: (sequence, head) pairs of the launch. sms: the device's SM count; the forward picks
- * its rows per thread and its blocks per (sequence, head) from it (see rwkv7.cu). split: 0, or
- * the blocks per (sequence, head) to take (WKV_CUDA_RWKV7_SPLIT, read when the context is
- * created; capped as rwkv7.cu's forward_split says). */
-int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, int sms, int split,
-                         void* stream);
+/* sms: the device's SM count (the forward picks its lanes per row from it, see rwkv7.cu). */
+int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, int sms, void* stream);
 int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t smem,
                           void* stream);
 /* Raises the dynamic shared-memory limit of the backward kernel for N (once per device,

@@ -172,13 +172,14 @@ __device__ __forceinline__ void sts_r(float* p, const float* x) {
     else *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
 }
 
+/* Sequence bounds of block `blk` of a launch. */
 struct SeqPos {
     int64_t local, s, batch, h, t0, t1;
 };
 
-/* Sequence bounds of (sequence, head) number `blk` of a launch. */
-__device__ __forceinline__ SeqPos seq_pos(const SeqInfo& q, int H, int64_t T, int64_t blk) {
+__device__ __forceinline__ SeqPos seq_pos(const SeqInfo& q, int H, int64_t T) {
     SeqPos p;
+    const int64_t blk = blockIdx.x;
     p.local = blk / H;
     p.h = blk % H;
     p.s = q.first + p.local;
@@ -372,22 +373,17 @@ struct FwdLanes { /* the same for every N today (P = 4 was slower at every shape
     static constexpr int P = 2;
 };
 
-/* A forward block: rows NR of one (sequence, head) (N / NR = SPLIT blocks share a head), R
- * rows x N / P columns per thread. */
-template <int N, int P = FwdLanes<N>::P, int R = 1, int NR = N>
+template <int N, int R>
 struct RowTile {
+    static constexpr int P = FwdLanes<N>::P;
     static constexpr int C = N / P;       /* columns per row per thread */
     static constexpr int G = C / 4;       /* float4 groups of those */
-    static constexpr int SPLIT = N / NR;  /* blocks per (sequence, head) */
     static constexpr int CH = N == 128 ? 4 : 8; /* tokens per staged chunk (N = 128: 48 KB smem) */
     using StateTile = Tile<N, R, P>;      /* the state loaders' view */
-    static constexpr int NT = (NR / R) * P;
-    /* staging of a chunk's CH x N values per vector: TPJ threads per column (NT >= N) or
-     * NCOL columns per thread (NT < N); PER values per thread */
-    static constexpr int TPJ = NR == N ? StateTile::TPJ : NT >= N ? NT / N : 1;
-    static constexpr int NCOL = NT >= N ? 1 : N / NT;
-    static constexpr int PER = CH / TPJ * NCOL;
-    static_assert(G >= 1 && PER >= 1 && NT >= 32 && NR % R == 0 && N % NR == 0 && CH % TPJ == 0 && NT % 32 == 0, "row tile");
+    static constexpr int NT = StateTile::NT;
+    static constexpr int TPJ = StateTile::TPJ; /* staging: threads per column */
+    static constexpr int PER = CH / TPJ;  /* tokens a thread stages per chunk */
+    static_assert(G >= 1 && CH % TPJ == 0 && PER >= 1, "row tile");
 };
 
 enum { F_R = 0, F_D, F_K, F_V, F_A, F_B, F_NUM };
@@ -435,7 +431,7 @@ __device__ __forceinline__ void lds_groups(const float* vec, int q, float4 (&x4)
 }
 
 /* One token on the thread's R row slices from the token's vectors in shared memory (tok[f],
- * f in F_R..F_B); returns y of the rows. rg: the row group within the head. */
+ * f in F_R..F_B); returns y of the rows. */
 template <int R, int P, int G>
 __device__ __forceinline__ void row_step(float (&S)[R][4 * G], const float* const (&tok)[F_NUM],
                                          int rg, int q, float (&y)[R]) {
@@ -454,20 +450,42 @@ __device__ __forceinline__ void row_step(float (&S)[R][4 * G], const float* cons
     }
 }
 
-template <int N, int P, int R, int NR>
-__global__ void __launch_bounds__(RowTile<N, P, R, NR>::NT)
+/* rows x cols floats of shared memory (row-major) to a per-token view at element offset
+ * `base` (token u at base + u * s[1], column c at + c * s[3]), by `nt` threads. The dtype
+ * branch is taken once, outside the loop. */
+__device__ __forceinline__ void store_rows(const DevView& v, int64_t base, const float* src,
+                                           int rows, int cols, int nt, int tid) {
+    const int n = rows * cols;
+    switch (v.elem) {
+    case 0:
+        for (int e = tid; e < n; e += nt)
+            reinterpret_cast<float*>(v.data)[base + (e / cols) * v.s[1] + (e % cols) * v.s[3]] = src[e];
+        break;
+    case 1:
+        for (int e = tid; e < n; e += nt)
+            reinterpret_cast<__half*>(v.data)[base + (e / cols) * v.s[1] + (e % cols) * v.s[3]] = __float2half_rn(src[e]);
+        break;
+    default:
+        for (int e = tid; e < n; e += nt)
+            reinterpret_cast<__nv_bfloat16*>(v.data)[base + (e / cols) * v.s[1] + (e % cols) * v.s[3]] =
+                __float2bfloat16_rn(src[e]);
+        break;
+    }
+}
+
+template <int N, int R, int UNR = 1>
+__global__ void __launch_bounds__(RowTile<N, R>::NT)
     rwkv7_forward_kernel(const __grid_constant__ Rwkv7FwdParams p) {
-    using RT = RowTile<N, P, R, NR>;
+    using RT = RowTile<N, R>;
     using T = typename RT::StateTile;
-    constexpr int C = RT::C, G = RT::G, CH = RT::CH, PER = RT::PER, TPJ = RT::TPJ, NCOL = RT::NCOL;
-    constexpr int NT = RT::NT, XT = CH / TPJ; /* tokens a thread stages per chunk */
+    constexpr int P = RT::P, C = RT::C, G = RT::G, CH = RT::CH, PER = RT::PER, TPJ = RT::TPJ;
     __shared__ __align__(16) float s_tok[2][CH][F_NUM][N];
+    __shared__ float s_y[2][CH][N]; /* y of a chunk, written out after its barrier */
 
     const int tid = threadIdx.x;
-    const int64_t hb = blockIdx.x / RT::SPLIT; /* (sequence, head) of the launch */
-    const int rg = (int)(blockIdx.x % RT::SPLIT) * (NR / R) + tid / P, q = tid % P;
-    const int sj = tid % N, su = tid / N; /* staging: columns sj + NT c, tokens su + TPJ x */
-    const SeqPos pos = seq_pos(p.seq, p.H, p.T, hb);
+    const int rg = tid / P, q = tid % P;  /* compute: rows rg R.., columns J(q) */
+    const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + TPJ x */
+    const SeqPos pos = seq_pos(p.seq, p.H, p.T);
     const int64_t t0 = pos.t0, t1 = pos.t1;
     const bool want_y = p.y.data != nullptr;
 
@@ -477,44 +495,35 @@ __global__ void __launch_bounds__(RowTile<N, P, R, NR>::NT)
     const int64_t bv = tok_base(p.v, pos.batch, pos.h) + sj * p.v.s[3];
     const int64_t ba = tok_base(p.a, pos.batch, pos.h) + sj * p.a.s[3];
     const int64_t bb = tok_base(p.b, pos.batch, pos.h) + sj * p.b.s[3];
-    const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) + (int64_t)(rg * R) * p.y.s[3] : 0;
+    const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) : 0;
 
     float pr[PER], pw[PER], pk[PER], pv[PER], pa[PER], pb[PER];
     /* tokens tc + u of the chunk at tc, clamped to the last token of the sequence: every load
      * is unconditional (see load_elem for why that matters) */
     auto prefetch = [&](int64_t tc) {
 #pragma unroll
-        for (int x = 0; x < XT; ++x) {
+        for (int x = 0; x < PER; ++x) {
             const int64_t t = min64(tc + su + TPJ * x, t1 - 1);
-#pragma unroll
-            for (int c = 0; c < NCOL; ++c) {
-                const int i = x * NCOL + c;
-                const int64_t j = (int64_t)NT * c; /* column offset from sj */
-                pr[i] = load_elem(p.r, br + j * p.r.s[3] + t * p.r.s[1]);
-                pw[i] = load_elem(p.w, bw + j * p.w.s[3] + t * p.w.s[1]);
-                pk[i] = load_elem(p.k, bk + j * p.k.s[3] + t * p.k.s[1]);
-                pv[i] = load_elem(p.v, bv + j * p.v.s[3] + t * p.v.s[1]);
-                pa[i] = load_elem(p.a, ba + j * p.a.s[3] + t * p.a.s[1]);
-                pb[i] = load_elem(p.b, bb + j * p.b.s[3] + t * p.b.s[1]);
-            }
+            pr[x] = load_elem(p.r, br + t * p.r.s[1]);
+            pw[x] = load_elem(p.w, bw + t * p.w.s[1]);
+            pk[x] = load_elem(p.k, bk + t * p.k.s[1]);
+            pv[x] = load_elem(p.v, bv + t * p.v.s[1]);
+            pa[x] = load_elem(p.a, ba + t * p.a.s[1]);
+            pb[x] = load_elem(p.b, bb + t * p.b.s[1]);
         }
     };
     auto stage = [&](int buf, int m) {
 #pragma unroll
-        for (int x = 0; x < XT; ++x) {
+        for (int x = 0; x < PER; ++x) {
             const int u = su + TPJ * x;
             if (u < m) {
-#pragma unroll
-                for (int c = 0; c < NCOL; ++c) {
-                    const int i = x * NCOL + c, j = sj + NT * c;
-                    float ddw;
-                    s_tok[buf][u][F_R][j] = pr[i];
-                    s_tok[buf][u][F_D][j] = decay_of(p.form, pw[i], &ddw);
-                    s_tok[buf][u][F_K][j] = pk[i];
-                    s_tok[buf][u][F_V][j] = pv[i];
-                    s_tok[buf][u][F_A][j] = pa[i];
-                    s_tok[buf][u][F_B][j] = pb[i];
-                }
+                float ddw;
+                s_tok[buf][u][F_R][sj] = pr[x];
+                s_tok[buf][u][F_D][sj] = decay_of(p.form, pw[x], &ddw);
+                s_tok[buf][u][F_K][sj] = pk[x];
+                s_tok[buf][u][F_V][sj] = pv[x];
+                s_tok[buf][u][F_A][sj] = pa[x];
+                s_tok[buf][u][F_B][sj] = pb[x];
             }
         }
     };
@@ -530,65 +539,64 @@ __global__ void __launch_bounds__(RowTile<N, P, R, NR>::NT)
     int buf = 0;
     for (int64_t tc = t0; tc < t1; tc += CH, buf ^= 1) {
         const int m = (int)min64(CH, t1 - tc);
-        for (int u = 0; u < m; ++u) {
+        /* y goes to shared memory, written by every lane of the row (each holds the butterfly
+         * sum): no branch in the token loop, so a full chunk's tokens can be unrolled into one
+         * scheduling region (token u's y reduction overlaps token u + 1's sa chain) */
+        auto token = [&](int u) {
             const float* const tok[F_NUM] = {s_tok[buf][u][F_R], s_tok[buf][u][F_D], s_tok[buf][u][F_K],
                                              s_tok[buf][u][F_V], s_tok[buf][u][F_A], s_tok[buf][u][F_B]};
             float y[R];
             row_step<R, P, G>(S, tok, rg, q, y);
-            if (want_y && q == 0) {
 #pragma unroll
-                for (int rr = 0; rr < R; ++rr) store_elem(p.y, by + (tc + u) * p.y.s[1] + rr * p.y.s[3], y[rr]);
-            }
+            for (int rr = 0; rr < R; ++rr) s_y[buf][u][rg * R + rr] = y[rr];
+        };
+        if (UNR && m == CH) {
+#pragma unroll
+            for (int u = 0; u < CH; ++u) token(u);
+        } else {
+            for (int u = 0; u < m; ++u) token(u);
         }
         /* the next chunk into the other buffer (its readers passed the last barrier), then
          * the one after that into registers */
         stage(buf ^ 1, (int)min64(CH, t1 - tc - CH));
         prefetch(tc + 2 * CH);
         __syncthreads();
+        /* this chunk's y, coalesced, by the whole block; s_y[buf] is written again two chunks
+         * on, after the next barrier */
+        if (want_y) store_rows(p.y, by + tc * p.y.s[1], &s_y[buf][0][0], m, N, RT::NT, tid);
     }
     store_state_rows<T>(p.state_out, pos.s, pos.h, rg, q, S);
 }
 
 /* Unpacked T = 1: the chunked kernel's work for one token, without its loop: token loads and
  * state loads issued together, one barrier. */
-template <int N, int P, int R, int NR>
-__global__ void __launch_bounds__(RowTile<N, P, R, NR>::NT)
+template <int N, int R>
+__global__ void __launch_bounds__(RowTile<N, R>::NT)
     rwkv7_decode_kernel(const __grid_constant__ Rwkv7FwdParams p) {
-    using RT = RowTile<N, P, R, NR>;
+    using RT = RowTile<N, R>;
     using T = typename RT::StateTile;
-    constexpr int C = RT::C, G = RT::G, NCOL = RT::NCOL, NT = RT::NT;
+    constexpr int P = RT::P, C = RT::C, G = RT::G;
     __shared__ __align__(16) float s_tok[F_NUM][N];
     const int tid = threadIdx.x;
-    const int64_t hb = blockIdx.x / RT::SPLIT;
-    const int rg = (int)(blockIdx.x % RT::SPLIT) * (NR / R) + tid / P, q = tid % P, sj = tid % N;
-    const int64_t s = p.seq.first + hb / p.H, h = hb % p.H;
-    /* every thread loads columns sj + NT c (threads past N load column sj again: no load
-     * under a branch) */
-    float xr[NCOL], xw[NCOL], xk[NCOL], xv[NCOL], xa[NCOL], xb[NCOL];
-#pragma unroll
-    for (int c = 0; c < NCOL; ++c) {
-        const int64_t j = sj + (int64_t)NT * c;
-        xr[c] = load_elem(p.r, tok_base(p.r, s, h) + j * p.r.s[3]);
-        xw[c] = load_elem(p.w, tok_base(p.w, s, h) + j * p.w.s[3]);
-        xk[c] = load_elem(p.k, tok_base(p.k, s, h) + j * p.k.s[3]);
-        xv[c] = load_elem(p.v, tok_base(p.v, s, h) + j * p.v.s[3]);
-        xa[c] = load_elem(p.a, tok_base(p.a, s, h) + j * p.a.s[3]);
-        xb[c] = load_elem(p.b, tok_base(p.b, s, h) + j * p.b.s[3]);
-    }
+    const int rg = tid / P, q = tid % P, sj = tid % N;
+    const int64_t blk = blockIdx.x, s = p.seq.first + blk / p.H, h = blk % p.H;
+    /* every thread loads column sj (threads past N load it again: no load under a branch) */
+    const float xr = load_elem(p.r, tok_base(p.r, s, h) + sj * p.r.s[3]);
+    const float xw = load_elem(p.w, tok_base(p.w, s, h) + sj * p.w.s[3]);
+    const float xk = load_elem(p.k, tok_base(p.k, s, h) + sj * p.k.s[3]);
+    const float xv = load_elem(p.v, tok_base(p.v, s, h) + sj * p.v.s[3]);
+    const float xa = load_elem(p.a, tok_base(p.a, s, h) + sj * p.a.s[3]);
+    const float xb = load_elem(p.b, tok_base(p.b, s, h) + sj * p.b.s[3]);
     float S[R][C];
     load_state_rows<T>(p.state_in, s, h, rg, q, S);
     if (tid < N) {
-#pragma unroll
-        for (int c = 0; c < NCOL; ++c) {
-            const int j = sj + NT * c;
-            float ddw;
-            s_tok[F_R][j] = xr[c];
-            s_tok[F_D][j] = decay_of(p.form, xw[c], &ddw);
-            s_tok[F_K][j] = xk[c];
-            s_tok[F_V][j] = xv[c];
-            s_tok[F_A][j] = xa[c];
-            s_tok[F_B][j] = xb[c];
-        }
+        float ddw;
+        s_tok[F_R][sj] = xr;
+        s_tok[F_D][sj] = decay_of(p.form, xw, &ddw);
+        s_tok[F_K][sj] = xk;
+        s_tok[F_V][sj] = xv;
+        s_tok[F_A][sj] = xa;
+        s_tok[F_B][sj] = xb;
     }
     __syncthreads();
     const float* const tok[F_NUM] = {s_tok[F_R], s_tok[F_D], s_tok[F_K], s_tok[F_V], s_tok[F_A], s_tok[F_B]};
@@ -607,35 +615,15 @@ __global__ void __launch_bounds__(RowTile<N, P, R, NR>::NT)
  * kernel always takes one row (measured at the B = 8 anchor: R = 1, P = 2 2.72 ms; R = 2,
  * P = 4 3.33; R = 4, P = 4 3.78; R = 1, P = 1 4.93). WKV_CUDA_RWKV7_ROWS (1 or 2) overrides
  * the decode choice, for tests and measurements. */
-int forward_rows(int N, int P, int64_t blocks, int sms) {
+int forward_rows(int N, int64_t blocks, int sms) {
     static const int forced = [] {
         const char* e = std::getenv("WKV_CUDA_RWKV7_ROWS");
         const int x = e ? std::atoi(e) : 0;
         return x == 1 || x == 2 ? x : 0;
     }();
-    if (N == 128 || P < 2) return 1; /* R = 2: 128 state registers per thread; P = 1: half a warp */
+    if (N == 128) return 1; /* R = 2: 128 state registers per thread */
     if (forced) return forced;
-    return blocks * (N / 2) * P / 32 >= 4 * (int64_t)(sms > 0 ? sms : 1) ? 2 : 1;
-}
-
-/* Blocks per (sequence, head) of the forward, SPLIT (a power of two): rows are independent,
- * so a head's rows may be spread over SPLIT blocks of N / SPLIT rows each; every row's
- * arithmetic is the same, so results are the same bits whatever SPLIT. Each block stages all
- * of a token's vectors itself (the extra reads hit L2). Taken when the (sequence, head)
- * count leaves SMs idle: the largest SPLIT with heads x SPLIT <= SMs, capped by a warp per
- * block (N / SPLIT rows x P lanes >= 32) and 8. `forced` (the context's WKV_CUDA_RWKV7_SPLIT,
- * tests and measurements) replaces the choice, within the same caps. */
-int forward_split(int N, int P, int64_t heads, int sms, int forced) {
-    int cap = N * P / 32;
-    if (cap > 8) cap = 8;
-    if (forced > 0) {
-        int g = 1;
-        while (g * 2 <= forced && g * 2 <= cap) g *= 2;
-        return g;
-    }
-    int g = 1;
-    while (g * 2 <= cap && heads * (g * 2) <= (int64_t)sms) g *= 2;
-    return g;
+    return blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * (int64_t)(sms > 0 ? sms : 1) ? 2 : 1;
 }
 
 /* ------------------------------------------------------------------------------ backward */
@@ -698,7 +686,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     const int tid = threadIdx.x;
     const int rg = tid / L, q = tid % L;  /* row form: rows rg R..; column form: columns rg R.. */
     const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + TPJ x */
-    const SeqPos pos = seq_pos(p.seq, p.H, p.T, blockIdx.x);
+    const SeqPos pos = seq_pos(p.seq, p.H, p.T);
     const int64_t t0 = pos.t0, t1 = pos.t1, len = t1 - t0;
     const int64_t nseg = (len + K1 - 1) / K1;
     const int64_t seg0 = p.seq.packed ? p.seg0[pos.local] : pos.s * ((p.T + K1 - 1) / K1);
@@ -1015,60 +1003,18 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     store_state_rows<T>(p.dstate_in, pos.s, pos.h, rg, q, dSr);
 }
 
-/* One forward launch of SPLIT = N / NR blocks per (sequence, head). */
-template <int N, int P, int NR>
-void launch_rows(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t stream) {
-    const unsigned nb = (unsigned)(blocks * (N / NR));
-    if (p.seq.packed || p.T != 1) {
-        rwkv7_forward_kernel<N, P, 1, NR><<<nb, RowTile<N, P, 1, NR>::NT, 0, stream>>>(p);
-        return;
-    }
-    if constexpr (NR == N && N != 128 && P >= 2) {
-        if (forward_rows(N, P, blocks, sms) == 2) {
-            rwkv7_decode_kernel<N, P, 2, N><<<nb, RowTile<N, P, 2, N>::NT, 0, stream>>>(p);
-            return;
-        }
-    }
-    rwkv7_decode_kernel<N, P, 1, NR><<<nb, RowTile<N, P, 1, NR>::NT, 0, stream>>>(p);
-}
-
-template <int N, int P>
-int launch_fwd_p(const Rwkv7FwdParams& p, int64_t blocks, int sms, int split, cudaStream_t stream) {
-    switch (forward_split(N, P, blocks, sms, split)) {
-    case 1: launch_rows<N, P, N>(p, blocks, sms, stream); break;
-    case 2:
-        if constexpr (N * P / 32 >= 2) launch_rows<N, P, N / 2>(p, blocks, sms, stream);
-        break;
-    case 4:
-        if constexpr (N * P / 32 >= 4) launch_rows<N, P, N / 4>(p, blocks, sms, stream);
-        break;
-    default:
-        if constexpr (N * P / 32 >= 8) launch_rows<N, P, N / 8>(p, blocks, sms, stream);
-        break;
-    }
-    return (int)cudaGetLastError();
-}
-
-/* EXPERIMENT (lanes per row at N = 32 / 128; removed once chosen): WKV_CUDA_RWKV7_LANES. */
-int forced_lanes() {
-    static const int x = [] {
-        const char* e = std::getenv("WKV_CUDA_RWKV7_LANES");
-        return e ? std::atoi(e) : 0;
-    }();
-    return x;
-}
-
 template <int N>
-int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, int split, cudaStream_t stream) {
-    const int lanes = forced_lanes();
-    if constexpr (N == 32) {
-        if (lanes == 1) return launch_fwd_p<32, 1>(p, blocks, sms, split, stream);
-        if (lanes == 4) return launch_fwd_p<32, 4>(p, blocks, sms, split, stream);
-    }
-    if constexpr (N == 128) {
-        if (lanes == 4) return launch_fwd_p<128, 4>(p, blocks, sms, split, stream);
-    }
-    return launch_fwd_p<N, FwdLanes<N>::P>(p, blocks, sms, split, stream);
+int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t stream) {
+    const unsigned nb = (unsigned)blocks;
+    static const int unr = [] { /* EXPERIMENT: WKV_CUDA_RWKV7_UNROLL=0 keeps the token loop rolled */
+        const char* e = std::getenv("WKV_CUDA_RWKV7_UNROLL");
+        return e ? std::atoi(e) : 1;
+    }();
+    if ((p.seq.packed || p.T != 1) && unr == 0) rwkv7_forward_kernel<N, 1, 0><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+    else if (p.seq.packed || p.T != 1) rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+    else if (forward_rows(N, blocks, sms) == 1) rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+    else if constexpr (N != 128) rwkv7_decode_kernel<N, 2><<<nb, RowTile<N, 2>::NT, 0, stream>>>(p);
+    return (int)cudaGetLastError();
 }
 
 template <int N>
@@ -1090,12 +1036,12 @@ size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2) {
 
 int rwkv7_max_k1() { return kMaxK1; }
 
-int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, int sms, int split, void* stream) {
+int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, int sms, void* stream) {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (N) {
-    case 32: return launch_fwd<32>(p, blocks, sms, split, s);
-    case 64: return launch_fwd<64>(p, blocks, sms, split, s);
-    case 128: return launch_fwd<128>(p, blocks, sms, split, s);
+    case 32: return launch_fwd<32>(p, blocks, sms, s);
+    case 64: return launch_fwd<64>(p, blocks, sms, s);
+    case 128: return launch_fwd<128>(p, blocks, sms, s);
     default: return (int)cudaErrorInvalidValue;
     }
 }
@@ -1123,9 +1069,9 @@ int rwkv7_prepare_backward(int N, size_t smem) {
 int rwkv7_check_kernel_image(int N) {
     cudaFuncAttributes attr;
     switch (N) {
-    case 32: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<32, FwdLanes<32>::P, 1, 32>);
-    case 64: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<64, FwdLanes<64>::P, 1, 64>);
-    case 128: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<128, FwdLanes<128>::P, 1, 128>);
+    case 32: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<32, 1>);
+    case 64: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<64, 1>);
+    case 128: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<128, 1>);
     default: return (int)cudaErrorInvalidValue;
     }
 }
