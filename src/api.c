@@ -329,7 +329,9 @@ static wkv_status prepare_save(wkv_context* ctx, wkv_problem* p, const wkv_spans
     if (!p->workspace) return WKV_OK;
     if (!wkv_ckpt_reserve(&ctx->ckpts)) return wkv_fail(m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
     int32_t (*saves)(void*, const wkv_problem*) = saves_hook(ctx->iface);
+    wkv_workspace_mem_kind(&ctx->target, p, NULL); /* a backend may save into device memory only */
     if (!saves || !saves(ctx->backend_state, p)) {
+        memset(&p->workspace_mem, 0, sizeof p->workspace_mem);
         p->workspace = NULL; /* ignored: the backward will recompute (the record says so) */
         p->workspace_size = 0;
         return WKV_OK;

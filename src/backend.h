@@ -268,7 +268,8 @@ typedef struct wkv_backend_iface {
     /* Optional (ABI v2; NULL = never): nonzero when a forward of p (p->backward == 0) can save
      * the checkpoints of its backward (wkv_problem.save_checkpoints) so that this backend's
      * backward reuses them with bit-identical results. Must not depend on anything but p and
-     * the context. */
+     * the context. p->workspace_mem already says which memory the workspace is (a wkv_buffer
+     * or a pointer; its size is checked only after a yes). */
     int32_t (*saves_checkpoints)(void* state, const wkv_problem* p);
 } wkv_backend_iface;
 

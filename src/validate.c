@@ -686,23 +686,34 @@ wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans
 }
 
 /* ---- device buffers ---- */
+void wkv_workspace_mem_kind(const wkv_target* target, wkv_problem* p, uint64_t* buffer_size) {
+    void* handle = NULL;
+    uint64_t size = 0;
+    memset(&p->workspace_mem, 0, sizeof p->workspace_mem);
+    p->workspace_mem.hi = (int64_t)p->workspace_size;
+    if (p->workspace && target->ctx && buffer_device_type(target->backend) &&
+        wkv_context_find_buffer(target->ctx, p->workspace, &handle, &size)) {
+        p->workspace_mem.buffer = handle;
+    } else {
+        /* a pointer: host memory, except on CUDA, where it may be either (see backend.h) */
+        p->workspace_mem.host = target->backend != WKV_BACKEND_CUDA;
+    }
+    if (buffer_size) *buffer_size = size;
+}
+
 wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backward_desc* desc,
                                       const wkv_spans* spans, size_t needed, wkv_problem* p,
                                       wkv_message* msg) {
     (void)desc; /* p->workspace, p->workspace_size are the caller's (read by the validation) */
-    void* handle = NULL;
     uint64_t size = 0;
     void* ws = p->workspace;
     size_t ws_size = p->workspace_size;
-    memset(&p->workspace_mem, 0, sizeof p->workspace_mem);
-    p->workspace_mem.hi = (int64_t)ws_size;
-    if (!ws || !target->ctx || !buffer_device_type(target->backend) ||
-        !wkv_context_find_buffer(target->ctx, ws, &handle, &size)) {
+    wkv_workspace_mem_kind(target, p, &size);
+    void* handle = p->workspace_mem.buffer;
+    if (!handle) {
         if (ws && wkv_buffer_is_live(ws))
             return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH,
                             "desc->workspace is a wkv_buffer of another context");
-        /* a pointer: host memory, except on CUDA, where it may be either (see backend.h) */
-        p->workspace_mem.host = target->backend != WKV_BACKEND_CUDA;
         return check_workspace_ptr(ws, ws_size, spans, needed, msg);
     }
     /* the workspace is a wkv_buffer: [0, workspace_size) of it */
@@ -719,6 +730,5 @@ wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backwa
         if (spans->span[i].buffer == ws && spans->span[i].lo < hi)
             return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace (a wkv_buffer) overlaps %s",
                             spans->span[i].name);
-    p->workspace_mem.buffer = handle;
     return WKV_OK;
 }

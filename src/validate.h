@@ -55,7 +55,12 @@ wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans
                                   size_t needed, wkv_message* msg);
 
 /* ---- device buffers ----
- * Like wkv_validate_workspace, for p->workspace / p->workspace_size (as the validation read
+ * The kind of p->workspace's memory, unchecked, into p->workspace_mem: a wkv_buffer of
+ * target->ctx (its handle; its size in *buffer_size when not NULL) or a pointer (host memory,
+ * except on CUDA, where it may be either: see backend.h). What a backend's saves_checkpoints
+ * may look at before the workspace's size is known; wkv_validate_workspace_mem redoes it. */
+void wkv_workspace_mem_kind(const wkv_target* target, wkv_problem* p, uint64_t* buffer_size);
+/* Like wkv_validate_workspace, for p->workspace / p->workspace_size (as the validation read
  * them from the backward's or the forward's descriptor), on any backend: on one with device
  * buffers the workspace may also be a wkv_buffer of target->ctx (then its range is checked
  * inside that buffer). Fills p->workspace_mem (p->mem was filled by the validation). */

@@ -692,6 +692,35 @@ int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
     return 0;
 }
 
+/* The workspace as device memory: a wkv_buffer's or a device (or managed) pointer; nullptr
+ * for host memory (pageable or pinned), which a backward replaces by scratch. */
+char* device_workspace(const wkv_problem* p) {
+    if (p->workspace_mem.buffer) return static_cast<char*>(p->workspace_mem.buffer) + p->workspace_mem.offset;
+    if (p->workspace_mem.host || !p->workspace) return nullptr;
+    cudaPointerAttributes attr;
+    const cudaError_t ae = cudaPointerGetAttributes(&attr, p->workspace);
+    if (ae != cudaSuccess) cudaGetLastError(); /* older drivers: unknown host memory */
+    if (ae == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged))
+        return static_cast<char*>(p->workspace);
+    return nullptr;
+}
+
+/* The backward's checkpoints in a workspace: 256-byte aligned (the size formula's slack). */
+float* checkpoint_area(char* ws) {
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(ws) + 255u) & ~(uintptr_t)255u);
+}
+
+/* ABI v2: a forward saves the backward's checkpoints for RWKV-7 at N = 32 / 64 (the backward's
+ * checkpoint pass runs in the forward's arithmetic there, rwkv7.cu) into a device workspace.
+ * A host workspace would be replaced by scratch: not saved, the backward recomputes. */
+int32_t cuda_saves_checkpoints(void* state, const wkv_problem* p) {
+    const CudaState* st = static_cast<const CudaState*>(state);
+    if (st->lost || p->op != WKV_OP_RWKV7 || p->backward) return 0;
+    const int hidx = head_index(p->N);
+    if (hidx < 0 || st->K1[hidx] == 0 || !rwkv7_forward_saves((int)p->N, st->K1[hidx])) return 0;
+    return device_workspace(p) != nullptr ? 1 : 0;
+}
+
 wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     CudaState* st = static_cast<CudaState*>(state);
     int hidx = -1;
@@ -730,10 +759,16 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     prm.T = p->T;
     prm.H = (int32_t)p->H;
     prm.form = (int32_t)p->decay_form;
+    if (p->save_checkpoints) { /* the core asked cuda_saves_checkpoints first */
+        prm.ckpt = checkpoint_area(device_workspace(p));
+        prm.K1 = st->K1[hidx];
+    }
     const int64_t per = seqs_per_launch(p);
+    int64_t seg = 0; /* saving, packed: segments of the sequences before `first` */
     for (int64_t first = 0; first < p->num_seqs; first += per) {
         const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
         fill_seq(p, first, count, &prm.seq);
+        if (prm.ckpt) seg = fill_seg0(p, first, count, prm.K1, seg, prm.seg0);
         const cudaError_t e = (cudaError_t)rwkv7_launch_forward((int)p->N, prm, count * p->H, st->sm_count, st->stream);
         if (e != cudaSuccess) return cuda_fail(st, e, msg, "RWKV-7 forward launch");
     }
@@ -923,21 +958,8 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
 
     /* The workspace: a wkv_buffer, device (or managed) memory used in place, or host memory
      * (pageable or pinned) replaced by device scratch. */
-    char* ws = nullptr;
-    bool ws_stage = false;
-    if (p->workspace_mem.buffer) {
-        ws = static_cast<char*>(p->workspace_mem.buffer) + p->workspace_mem.offset;
-    } else if (p->workspace_mem.host) {
-        ws_stage = true;
-    } else {
-        cudaPointerAttributes attr;
-        const cudaError_t ae = cudaPointerGetAttributes(&attr, p->workspace);
-        if (ae != cudaSuccess) cudaGetLastError(); /* older drivers: unknown host memory */
-        if (ae == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged))
-            ws = static_cast<char*>(p->workspace);
-        else
-            ws_stage = true;
-    }
+    char* ws = device_workspace(p);
+    const bool ws_stage = ws == nullptr;
     Placement pl;
     s = place_plan(p, ws_stage, need, &pl, msg);
     if (s != WKV_OK) return s;
@@ -973,8 +995,8 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     prm.da = pl.v[kDr + 4];
     prm.db = pl.v[kDr + 5];
     prm.dstate_in = pl.v[kDstateIn];
-    const uintptr_t base = reinterpret_cast<uintptr_t>(ws);
-    prm.ckpt = reinterpret_cast<float*>((base + 255u) & ~(uintptr_t)255u);
+    prm.ckpt = checkpoint_area(ws);
+    prm.reuse = p->reuse_checkpoints ? 1 : 0;
     prm.T = p->T;
     prm.H = (int32_t)p->H;
     prm.form = (int32_t)p->decay_form;
@@ -1103,6 +1125,7 @@ wkv_backend_iface make_iface() {
     f.buffer_write = cuda_buffer_write;
     f.buffer_read = cuda_buffer_read;
     f.synchronize = cuda_synchronize;
+    f.saves_checkpoints = cuda_saves_checkpoints;
     return f;
 }
 

@@ -41,6 +41,12 @@ struct Rwkv7FwdParams {
     int32_t H;
     int32_t form; /* wkv_decay_form */
     SeqInfo seq;
+    /* Forward-saved checkpoints (wkv_problem.save_checkpoints): ckpt, K1 and seg0 exactly as
+       the backward's (Rwkv7BwdParams); ckpt == nullptr: not saving. */
+    float* ckpt;
+    int32_t K1;
+    int32_t pad_;
+    int64_t seg0[kMaxSeqsPerLaunch + 1];
 };
 
 struct Rwkv7BwdParams {
@@ -54,6 +60,9 @@ struct Rwkv7BwdParams {
     int32_t form;
     int32_t K1;     /* tokens per checkpointed segment (a multiple of K2) */
     int32_t K2;     /* tokens replayed into shared memory at once */
+    int32_t reuse;  /* 1: ckpt holds a forward's checkpoints (wkv_problem.reuse_checkpoints):
+                       skip pass A */
+    int32_t pad_;
     /* seg0 of the launch's sequences: packed, absolute prefix sums of the segment counts
        (count + 1 entries); unpacked, unused (seg0(s) = s * ceil(T / K1)). */
     int64_t seg0[kMaxSeqsPerLaunch + 1];
@@ -74,6 +83,9 @@ int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t
 /* Raises the dynamic shared-memory limit of the backward kernel for N (once per device,
  * before the first launch). Returns the cudaError_t as int. */
 int rwkv7_prepare_backward(int N, size_t smem);
+/* Whether the forward can save the checkpoints of the backward for head size N with segment K1
+ * so that the backward reusing them gives the same bits (see rwkv7.cu). */
+bool rwkv7_forward_saves(int N, int K1);
 /* cudaFuncGetAttributes on the forward kernel for N: fails when the fatbin holds no code for
  * the current device. Returns the cudaError_t as int. */
 int rwkv7_check_kernel_image(int N);

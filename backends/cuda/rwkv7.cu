@@ -29,14 +29,17 @@
  * one token, token and state loads issued together, one barrier. Both share row_step, and
  * every row's arithmetic depends only on L, so results do not depend on the kernel, B or T
  * (details at the forward kernels). The state is read once at the start and written once at
- * the end, so state_out may be state_in. No workspace.
+ * the end, so state_out may be state_in. No workspace, unless the forward saves the
+ * backward's checkpoints into the backward's (N = 32 / 64; see pass A below).
  *
  * ------------------------------------------------------------------------------ BACKWARD
  * K1 = tokens per checkpointed segment, K2 = tokens replayed into shared memory at once (K1 a
  * multiple of K2; chosen per device from the shared memory it offers, see cuda_backend.cpp:
  * on an H100 K1 = 8, K2 = 4 for N = 64, so that two blocks fit on an SM). Per (sequence,
  * head) of L tokens, G = ceil(L / K1) segments:
- *   A. run the forward from state_in, storing the state before each segment in the workspace;
+ *   A. run the forward from state_in, storing the state before each segment in the workspace
+ *      (N = 32 / 64: in the forward kernel's row layout and arithmetic, so a saving forward
+ *      writes the same bits and a backward reusing them skips this pass: p.reuse);
  *   B. for each segment, last first: stage its tokens (r w k v a b dy, decay, d decay/dw) in
  *      shared memory; for each K2-window of it, last first: reload the checkpoint, replay the
  *      tokens before the window in registers, then replay the window storing each state
@@ -362,7 +365,10 @@ __device__ __forceinline__ void fwd_step(float (&S)[T::R][T::C], int q, const fl
  * decay, k, v, a, b; the decay transform on the way in) into a double-buffered shared-memory
  * area: the chunk after next is loaded into registers (clamped token index, so no load sits
  * under a branch) while the block computes the current one, then written to the other
- * buffer; one __syncthreads per chunk. y is stored straight from each row's lane 0.
+ * buffer; one __syncthreads per chunk. y goes to a double-buffered shared area in the token
+ * loop and out to memory, coalesced, by the whole block after the chunk's barrier. When the
+ * forward saves the backward's checkpoints (p.ckpt), the state before every K1-token segment
+ * is written at a chunk start (K1 a multiple of CH).
  * Decode kernel (unpacked T = 1): the same for one token without the loop; token and state
  * loads are issued together, one barrier. It takes R = 2 rows per thread at large batch (16
  * float4 state loads in flight per thread): 104 us at B = 256, 3.7 us at B = 1 in a graph,
@@ -450,6 +456,19 @@ __device__ __forceinline__ void row_step(float (&S)[R][4 * G], const float* cons
     }
 }
 
+/* The thread's row slices (rows rg R.., float4 groups g P + q) into a row-major N x N state at
+ * ck: a checkpoint, in the backward's layout. */
+template <int N, int R, int P, int G>
+__device__ __forceinline__ void store_row_slices(float* ck, const float (&S)[R][4 * G], int rg, int q) {
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+        float4* row = reinterpret_cast<float4*>(ck + (size_t)(rg * R + rr) * N);
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            row[g * P + q] = make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
+    }
+}
+
 /* rows x cols floats of shared memory (row-major) to a per-token view at element offset
  * `base` (token u at base + u * s[1], column c at + c * s[3]), by `nt` threads. The dtype
  * branch is taken once, outside the loop. */
@@ -473,14 +492,19 @@ __device__ __forceinline__ void store_rows(const DevView& v, int64_t base, const
     }
 }
 
-template <int N, int R, int UNR = 1>
+/* The chunked forward stores y through shared memory (see the token loop), except at N = 128. */
+template <int N>
+constexpr bool kYShared = N != 128;
+
+template <int N, int R>
 __global__ void __launch_bounds__(RowTile<N, R>::NT)
     rwkv7_forward_kernel(const __grid_constant__ Rwkv7FwdParams p) {
     using RT = RowTile<N, R>;
     using T = typename RT::StateTile;
     constexpr int P = RT::P, C = RT::C, G = RT::G, CH = RT::CH, PER = RT::PER, TPJ = RT::TPJ;
     __shared__ __align__(16) float s_tok[2][CH][F_NUM][N];
-    __shared__ float s_y[2][CH][N]; /* y of a chunk, written out after its barrier */
+    constexpr int YB = kYShared<N> ? 2 * CH * N : 1;
+    __shared__ float s_y[YB == 1 ? 1 : 2][YB == 1 ? 1 : CH][YB == 1 ? 1 : N]; /* y of a chunk */
 
     const int tid = threadIdx.x;
     const int rg = tid / P, q = tid % P;  /* compute: rows rg R.., columns J(q) */
@@ -535,26 +559,41 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
         stage(0, (int)min64(CH, t1 - t0));
         prefetch(t0 + CH);
     }
+    /* Saving the backward's checkpoints (p.ckpt): the state before every K1-token segment,
+     * at the backward's address (K1 a multiple of CH, see rwkv7_forward_saves), row-major. */
+    float* ck = nullptr;
+    if (p.ckpt) {
+        const int64_t nseg = (t1 - t0 + p.K1 - 1) / p.K1;
+        const int64_t seg0 = p.seq.packed ? p.seg0[pos.local] : pos.s * ((p.T + p.K1 - 1) / p.K1);
+        ck = p.ckpt + ((size_t)seg0 * p.H + (size_t)pos.h * nseg) * (size_t)(N * N);
+    }
+    int ck_pos = 0; /* tokens since the last checkpoint */
     __syncthreads();
     int buf = 0;
     for (int64_t tc = t0; tc < t1; tc += CH, buf ^= 1) {
         const int m = (int)min64(CH, t1 - tc);
-        /* y goes to shared memory, written by every lane of the row (each holds the butterfly
-         * sum): no branch in the token loop, so a full chunk's tokens can be unrolled into one
-         * scheduling region (token u's y reduction overlaps token u + 1's sa chain) */
-        auto token = [&](int u) {
+        if (ck && ck_pos == 0) {
+            store_row_slices<N, R, P, G>(ck, S, rg, q);
+            ck += N * N;
+        }
+        ck_pos = ck_pos + CH == p.K1 ? 0 : ck_pos + CH;
+        for (int u = 0; u < m; ++u) {
             const float* const tok[F_NUM] = {s_tok[buf][u][F_R], s_tok[buf][u][F_D], s_tok[buf][u][F_K],
                                              s_tok[buf][u][F_V], s_tok[buf][u][F_A], s_tok[buf][u][F_B]};
             float y[R];
             row_step<R, P, G>(S, tok, rg, q, y);
+            if constexpr (kYShared<N>) {
+                /* y to shared memory, by every lane of the row (each holds the butterfly sum):
+                 * no branch in the token loop. A `q == 0` store of the dtype here made each
+                 * token wait for the previous one's y reduction (NOTES v9: B = 1 2.26 -> 2.05
+                 * ms, B = 8 2.81 -> 2.67; N = 128 measured 24% slower with it, so not there) */
 #pragma unroll
-            for (int rr = 0; rr < R; ++rr) s_y[buf][u][rg * R + rr] = y[rr];
-        };
-        if (UNR && m == CH) {
+                for (int rr = 0; rr < R; ++rr) s_y[buf][u][rg * R + rr] = y[rr];
+            } else if (want_y && q == 0) {
 #pragma unroll
-            for (int u = 0; u < CH; ++u) token(u);
-        } else {
-            for (int u = 0; u < m; ++u) token(u);
+                for (int rr = 0; rr < R; ++rr)
+                    store_elem(p.y, by + (tc + u) * p.y.s[1] + (int64_t)(rg * R + rr) * p.y.s[3], y[rr]);
+            }
         }
         /* the next chunk into the other buffer (its readers passed the last barrier), then
          * the one after that into registers */
@@ -563,7 +602,7 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
         __syncthreads();
         /* this chunk's y, coalesced, by the whole block; s_y[buf] is written again two chunks
          * on, after the next barrier */
-        if (want_y) store_rows(p.y, by + tc * p.y.s[1], &s_y[buf][0][0], m, N, RT::NT, tid);
+        if (kYShared<N> && want_y) store_rows(p.y, by + tc * p.y.s[1], &s_y[buf][0][0], m, N, RT::NT, tid);
     }
     store_state_rows<T>(p.state_out, pos.s, pos.h, rg, q, S);
 }
@@ -589,6 +628,10 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
     const float xb = load_elem(p.b, tok_base(p.b, s, h) + sj * p.b.s[3]);
     float S[R][C];
     load_state_rows<T>(p.state_in, s, h, rg, q, S);
+    if (p.ckpt) { /* saving: the one checkpoint is the state before the token (seg0 = s) */
+        float* ck = p.ckpt + ((size_t)s * p.H + (size_t)h) * (size_t)(N * N);
+        store_row_slices<N, R, P, G>(ck, S, rg, q);
+    }
     if (tid < N) {
         float ddw;
         s_tok[F_R][sj] = xr;
@@ -664,6 +707,11 @@ size_t bwd_smem_floats(int K1, int K2) {
 
 constexpr int kMaxK1 = 8; /* pass A prefetches a whole segment into registers */
 
+/* Pass A in the forward's row layout (see the backward kernel): N = 128 keeps the tile (64
+ * state floats per thread at 512 threads would spill), and its forward does not save. */
+template <int N>
+constexpr bool kRowPassA = N != 128;
+
 template <int N>
 __global__ void __launch_bounds__(bwd_threads(N), 1)
     rwkv7_backward_kernel(const __grid_constant__ Rwkv7BwdParams p) {
@@ -732,10 +780,19 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                     tokv(u, T_B), nullptr, false, sa, y);
     };
 
-    /* ---------------- A: checkpoints (a forward pass, a segment prefetched ahead) */
-    if (nseg > 0) {
+    /* ---------------- A: checkpoints (a forward pass, a segment prefetched ahead), skipped
+     * when the forward saved them (p.reuse). For N = 32 and 64 the pass runs in the forward
+     * kernel's row layout and arithmetic (row_update, P lanes per row; threads past P N idle),
+     * so its checkpoints are the bits a saving forward writes (rwkv7_forward_saves). */
+    constexpr int AP = FwdLanes<N>::P, AG = N / AP / 4;
+    using AT = Tile<N, 1, AP>;
+    const int arow = tid / AP < N ? tid / AP : N - 1, aq = tid % AP; /* clamped: loads only */
+    const bool a_on = tid < AP * N;
+    if (nseg > 0 && !p.reuse) {
         float S[R][C];
-        load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
+        float SA[1][N / AP];
+        if constexpr (kRowPassA<N>) load_state_rows<AT>(p.state_in, pos.s, pos.h, arow, aq, SA);
+        else load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
         float pw[PERA], pk[PERA], pv[PERA], pa[PERA], pb[PERA];
         auto prefetch = [&](int64_t ts) { /* unconditional loads, clamped token (see forward) */
 #pragma unroll
@@ -751,7 +808,11 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         };
         if (nseg > 1) prefetch(t0);
         for (int64_t g = 0; g < nseg; ++g) {
-            store_ckpt(ckpt + (size_t)g * (N * N), S);
+            if constexpr (kRowPassA<N>) {
+                if (a_on) store_row_slices<N, 1, AP, AG>(ckpt + (size_t)g * (N * N), SA, arow, aq);
+            } else {
+                store_ckpt(ckpt + (size_t)g * (N * N), S);
+            }
             if (g + 1 == nseg) break;
             __syncthreads();
 #pragma unroll
@@ -768,9 +829,22 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
             }
             __syncthreads();
             if (g + 2 < nseg) prefetch(t0 + (g + 1) * K1);
-            for (int u = 0; u < K1; ++u) {
-                float sa[R];
-                step(S, u, sa);
+            if constexpr (kRowPassA<N>) {
+                if (a_on) {
+                    for (int u = 0; u < K1; ++u) {
+                        float4 a4[AG], d4[AG], k4[AG], b4[AG];
+                        lds_groups<AP, AG>(tokv(u, T_A), aq, a4);
+                        lds_groups<AP, AG>(tokv(u, T_D), aq, d4);
+                        lds_groups<AP, AG>(tokv(u, T_K), aq, k4);
+                        lds_groups<AP, AG>(tokv(u, T_B), aq, b4);
+                        row_update<AP, AG>(SA[0], tokv(u, T_V)[arow], a4, d4, k4, b4);
+                    }
+                }
+            } else {
+                for (int u = 0; u < K1; ++u) {
+                    float sa[R];
+                    step(S, u, sa);
+                }
             }
         }
     }
@@ -1006,12 +1080,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
 template <int N>
 int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t stream) {
     const unsigned nb = (unsigned)blocks;
-    static const int unr = [] { /* EXPERIMENT: WKV_CUDA_RWKV7_UNROLL=0 keeps the token loop rolled */
-        const char* e = std::getenv("WKV_CUDA_RWKV7_UNROLL");
-        return e ? std::atoi(e) : 1;
-    }();
-    if ((p.seq.packed || p.T != 1) && unr == 0) rwkv7_forward_kernel<N, 1, 0><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
-    else if (p.seq.packed || p.T != 1) rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+    if (p.seq.packed || p.T != 1) rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
     else if (forward_rows(N, blocks, sms) == 1) rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
     else if constexpr (N != 128) rwkv7_decode_kernel<N, 2><<<nb, RowTile<N, 2>::NT, 0, stream>>>(p);
     return (int)cudaGetLastError();
@@ -1035,6 +1104,14 @@ size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2) {
 }
 
 int rwkv7_max_k1() { return kMaxK1; }
+
+bool rwkv7_forward_saves(int N, int K1) {
+    switch (N) {
+    case 32: return K1 > 0 && K1 % RowTile<32, 1>::CH == 0;
+    case 64: return K1 > 0 && K1 % RowTile<64, 1>::CH == 0;
+    default: return false; /* N = 128: the backward's pass A is not in the forward's layout */
+    }
+}
 
 int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, int sms, void* stream) {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
