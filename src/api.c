@@ -432,6 +432,8 @@ wkv_status wkv_context_record(wkv_context* ctx, const char* fn, wkv_backend back
     wkv_spans spans;
     wkv_message m;
     m.text[0] = '\0';
+    void* ws = NULL; /* a recorded forward's workspace */
+    size_t ws_size = 0;
     if (ctx->target.backend != backend || !ctx->iface->control) {
         st = wkv_fail(&m, WKV_ERROR_INVALID_ARGUMENT, "the context runs on the %s backend, not %s",
                       wkv_backend_name(ctx->target.backend), wkv_backend_name(backend));
@@ -443,7 +445,14 @@ wkv_status wkv_context_record(wkv_context* ctx, const char* fn, wkv_backend back
         if (!st) st = wkv_validate_workspace_mem(&ctx->target, (const wkv_backward_desc*)desc, &spans, needed, &p, &m);
         if (!st) st = resolve_reuse(ctx, &p, &m);
     } else {
-        st = wkv_validate_forward(&ctx->target, (const wkv_forward_desc*)desc, &p, &m);
+        st = wkv_validate_forward_spans(&ctx->target, (const wkv_forward_desc*)desc, &p, &spans, &m);
+        /* a recorded forward saves no checkpoints (a backend that saves runs on the host):
+         * only the record that says so, as prepare_save does for such a backend */
+        ws = p.workspace;
+        ws_size = p.workspace_size;
+        p.workspace = NULL;
+        p.workspace_size = 0;
+        if (!st && ws && !wkv_ckpt_reserve(&ctx->ckpts)) st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
     }
     if (!st) {
         static const char* names[WKV_PROBLEM_VIEWS] = {
@@ -461,6 +470,7 @@ wkv_status wkv_context_record(wkv_context* ctx, const char* fn, wkv_backend back
         ra.p = &p;
         st = ctx->iface->control(ctx->backend_state, request, &ra, &m);
     }
+    if (!st && ws) wkv_ckpt_note_forward(ctx->ckpts, &p, ws, ws_size, 0);
     st = finish(ctx, fn, st, &m);
     leave(ctx);
     return st;

@@ -57,9 +57,20 @@ void wkv_ckpt_records_destroy(wkv_ckpt_records* recs) {
     free(recs);
 }
 
+/* At most this many records per context: a caller that never reuses a workspace address
+ * (a fresh allocation per step that the allocator never hands out again) must not grow the
+ * list forever; past it the oldest record goes (a backward asking to reuse it is then refused,
+ * as for any workspace the context knows nothing of). 65536 workspaces in use at once is far
+ * beyond a model's layer count. */
+enum { WKV_CKPT_MAX_RECORDS = 65536 };
+
 int wkv_ckpt_reserve(wkv_ckpt_records** recs) {
     if (!*recs && !(*recs = (wkv_ckpt_records*)calloc(1, sizeof **recs))) return 0;
     wkv_ckpt_records* x = *recs;
+    if (x->n == WKV_CKPT_MAX_RECORDS) { /* forget the oldest */
+        memmove(&x->r[0], &x->r[1], (x->n - 1) * sizeof *x->r);
+        --x->n;
+    }
     if (x->n < x->cap) return 1;
     size_t cap = x->cap ? 2 * x->cap : 16;
     record* grown = (record*)realloc(x->r, cap * sizeof *grown);

@@ -54,8 +54,26 @@ typedef struct checker {
     const wkv_target* target;
     wkv_message* msg;
     wkv_spans* spans;
-    char name[48]; /* the argument being checked, e.g. "desc->forward->r" */
+    /* the argument being checked: prefix + k_names[name_idx], e.g. "desc->forward->r", spelled
+     * out into `name` only when a message needs it (formatting it on every call was a third of
+     * a tiny call's validation: backends/cpu/NOTES.md, step 19) */
+    const char* prefix;
+    int name_idx;
+    char name[48];
 } checker;
+
+/* Names of the tensors, with storage that outlives the spans. */
+static const char* const k_names[WKV_PROBLEM_VIEWS] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
+                                      "state_out", "dy", "dstate_out", "dr", "dw", "dk", "dv",
+                                      "da", "db", "du", "dstate_in"};
+enum { N_R, N_W, N_K, N_V, N_A, N_B, N_U, N_Y, N_SIN, N_SOUT, N_DY, N_DSOUT, N_DR, N_DW, N_DK,
+       N_DV, N_DA, N_DB, N_DU, N_DSIN };
+
+/* The argument being checked, for a message. */
+static const char* cname(checker* c) {
+    snprintf(c->name, sizeof c->name, "%s%s", c->prefix, k_names[c->name_idx]);
+    return c->name;
+}
 
 static int dtype_to_elem(wkv_dtype d, wkv_elem* e) {
     if (d.lanes != 1) return 0;
@@ -115,27 +133,26 @@ static int is_buffer_tensor(const wkv_target* target, const wkv_tensor* t) {
  * inside the buffer. */
 static wkv_status check_buffer_span(checker* c, const wkv_tensor* t, int64_t es, int64_t lo_bytes,
                                     int64_t hi_bytes, wkv_buffer_ref* mem) {
-    const char* n = c->name;
     void* handle = NULL;
     uint64_t size = 0;
     if (!c->target->ctx || !wkv_context_find_buffer(c->target->ctx, t->data, &handle, &size)) {
         if (wkv_buffer_is_live(t->data))
             return wkv_fail(c->msg, WKV_ERROR_DEVICE_MISMATCH,
                             "%s.data is a wkv_buffer of another context (buffers belong to the "
-                            "context that created them)", n);
+                            "context that created them)", cname(c));
         return wkv_fail(c->msg, WKV_ERROR_DEVICE_MISMATCH,
                         "%s.data is not a wkv_buffer of this context (a tensor with device.type %d "
-                        "must point at one: wkv_tensor_make_buffer)", n, (int)t->device.type);
+                        "must point at one: wkv_tensor_make_buffer)", cname(c), (int)t->device.type);
     }
     if (t->byte_offset % (uint64_t)es != 0)
         return wkv_fail(c->msg, WKV_ERROR_INVALID_ARGUMENT,
-                        "%s.byte_offset %llu is not a multiple of the element size %lld", n,
+                        "%s.byte_offset %llu is not a multiple of the element size %lld", cname(c),
                         (unsigned long long)t->byte_offset, (long long)es);
     uint64_t end;
     if ((uint64_t)(-lo_bytes) > t->byte_offset ||
         __builtin_add_overflow(t->byte_offset, (uint64_t)hi_bytes, &end) || end > size)
         return wkv_fail(c->msg, WKV_ERROR_SHAPE,
-                        "%s reaches bytes [%lld, %llu) of its wkv_buffer, which has %llu bytes", n,
+                        "%s reaches bytes [%lld, %llu) of its wkv_buffer, which has %llu bytes", cname(c),
                         (long long)((int64_t)t->byte_offset + lo_bytes),
                         (unsigned long long)(t->byte_offset + (uint64_t)hi_bytes),
                         (unsigned long long)size);
@@ -154,30 +171,29 @@ void wkv_problem_fill_mem(const wkv_spans* spans, wkv_problem* p) {
 static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rule* rule,
                                wkv_view* out) {
     wkv_message* msg = c->msg;
-    const char* n = c->name;
-    if (!t->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%s.data is NULL", n);
+    if (!t->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%s.data is NULL", cname(c));
     if (t->ndim != rule->ndim)
-        return wkv_fail(msg, WKV_ERROR_SHAPE, "%s.ndim is %d, expected %d", n, (int)t->ndim, rule->ndim);
-    if (!t->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%s.shape is NULL", n);
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "%s.ndim is %d, expected %d", cname(c), (int)t->ndim, rule->ndim);
+    if (!t->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%s.shape is NULL", cname(c));
     for (int d = 0; d < rule->ndim; ++d)
         if (t->shape[d] != rule->shape[d])
-            return wkv_fail(msg, WKV_ERROR_SHAPE, "%s.shape[%d] is %lld, expected %lld", n, d,
+            return wkv_fail(msg, WKV_ERROR_SHAPE, "%s.shape[%d] is %lld, expected %lld", cname(c), d,
                             (long long)t->shape[d], (long long)rule->shape[d]);
     wkv_elem elem;
     if (!dtype_to_elem(t->dtype, &elem))
         return wkv_fail(msg, WKV_ERROR_DTYPE,
                         "%s.dtype (code %u, bits %u, lanes %u) is not float32, float16 or bfloat16",
-                        n, t->dtype.code, t->dtype.bits, t->dtype.lanes);
+                        cname(c), t->dtype.code, t->dtype.bits, t->dtype.lanes);
     if (rule->state && elem != WKV_ELEM_F32)
-        return wkv_fail(msg, WKV_ERROR_DTYPE, "%s must be float32 (the state is always float32)", n);
+        return wkv_fail(msg, WKV_ERROR_DTYPE, "%s must be float32 (the state is always float32)", cname(c));
     if (!wkv_backend_accepts_device(c->target->backend, t->device.type))
         return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH,
                         "%s.device.type is %d, which the %s backend cannot read (see wkv_device_type)",
-                        n, (int)t->device.type, wkv_backend_name(c->target->backend));
+                        cname(c), (int)t->device.type, wkv_backend_name(c->target->backend));
     if (t->device.type != WKV_DEVICE_CPU && t->device.type != WKV_DEVICE_CUDA_HOST &&
         t->device.id != c->target->device_index)
         return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH, "%s is on device %d, the context on device %d",
-                        n, (int)t->device.id, (int)c->target->device_index);
+                        cname(c), (int)t->device.id, (int)c->target->device_index);
 
     /* strides in elements (contiguous when NULL), and the byte span they reach */
     int64_t stride[4];
@@ -185,7 +201,7 @@ static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rul
     for (int d = rule->ndim - 1; d >= 0; --d) {
         stride[d] = t->strides ? t->strides[d] : contiguous;
         if (__builtin_mul_overflow(contiguous, t->shape[d], &contiguous))
-            return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s has more elements than fit in int64", n);
+            return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s has more elements than fit in int64", cname(c));
     }
     int64_t es = wkv_elem_size(elem);
     int64_t lo = 0, hi = 0; /* element offsets reached, relative to the first element */
@@ -194,13 +210,13 @@ static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rul
         if (stride[d] == INT64_MIN || __builtin_mul_overflow(t->shape[d] - 1, stride[d], &reach) ||
             __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
             return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s.strides[%d] = %lld overflows the byte offsets",
-                            n, d, (long long)stride[d]);
+                            cname(c), d, (long long)stride[d]);
     }
     int64_t lo_bytes, hi_bytes;
     if (__builtin_mul_overflow(lo, es, &lo_bytes) || __builtin_mul_overflow(hi, es, &hi_bytes) ||
         __builtin_add_overflow(hi_bytes, es, &hi_bytes) || lo_bytes == INT64_MIN ||
         t->byte_offset > (uint64_t)INT64_MAX)
-        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s spans more bytes than fit in int64", n);
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s spans more bytes than fit in int64", cname(c));
     const void* in_buffer = NULL;
     wkv_buffer_ref mem;
     memset(&mem, 0, sizeof mem);
@@ -219,12 +235,12 @@ static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rul
     } else if (__builtin_add_overflow(base, (uintptr_t)t->byte_offset, &first) ||
         (uintptr_t)(-lo_bytes) > first ||
         __builtin_add_overflow(first, (uintptr_t)hi_bytes, &span_hi))
-        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s: data + byte_offset + strides wrap the address space", n);
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s: data + byte_offset + strides wrap the address space", cname(c));
     else
         span_lo = first - (uintptr_t)(-lo_bytes);
     if (rule->output && self_overlaps(rule->ndim, t->shape, stride))
         return wkv_fail(msg, WKV_ERROR_ALIASING,
-                        "%s is an output whose strides make elements overlap (a zero or too small stride)", n);
+                        "%s is an output whose strides make elements overlap (a zero or too small stride)", cname(c));
 
     out->data = (char*)first;
     out->elem = elem;
@@ -234,8 +250,8 @@ static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rul
     if (c->spans->count == WKV_MAX_SPANS)
         return wkv_fail(msg, WKV_ERROR_INTERNAL, "too many tensors for the aliasing check");
     wkv_span* s = &c->spans->span[c->spans->count++];
-    memcpy(s->name, c->name, sizeof s->name);
-    s->role = -1; /* set by check_named */
+    s->prefix = c->prefix;
+    s->role = c->name_idx;
     s->lo = span_lo;
     s->hi = span_hi;
     s->output = rule->output;
@@ -254,19 +270,16 @@ typedef struct op_shape {
     int64_t S;          /* state slots: num_seqs when packed, else B */
 } op_shape;
 
-/* Names of the tensors, with storage that outlives the spans. */
-static const char* const k_names[] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
-                                      "state_out", "dy", "dstate_out", "dr", "dw", "dk", "dv",
-                                      "da", "db", "du", "dstate_in"};
-enum { N_R, N_W, N_K, N_V, N_A, N_B, N_U, N_Y, N_SIN, N_SOUT, N_DY, N_DSOUT, N_DR, N_DW, N_DK,
-       N_DV, N_DA, N_DB, N_DU, N_DSIN };
+const char* wkv_span_name(const wkv_span* s, char out[48]) {
+    snprintf(out, 48, "%s%s", s->prefix, s->role >= 0 && s->role < WKV_PROBLEM_VIEWS ? k_names[s->role] : "?");
+    return out;
+}
 
 static wkv_status check_named(checker* c, const char* prefix, int name, const wkv_tensor* t,
                               const tensor_rule* rule, wkv_view* out) {
-    snprintf(c->name, sizeof c->name, "%s%s", prefix, k_names[name]);
-    wkv_status st = check_tensor(c, t, rule, out);
-    if (st == WKV_OK) c->spans->span[c->spans->count - 1].role = name;
-    return st;
+    c->prefix = prefix;
+    c->name_idx = name;
+    return check_tensor(c, t, rule, out);
 }
 
 static wkv_status check_absent(checker* c, const char* prefix, int name, const wkv_tensor* t,
@@ -422,7 +435,9 @@ static wkv_status check_outputs_alias(const wkv_spans* spans, wkv_message* msg) 
             int state_pair = (o->role == N_SOUT && x->role == N_SIN) ||
                              (o->role == N_SIN && x->role == N_SOUT);
             if (state_pair && same) continue;
-            return wkv_fail(msg, WKV_ERROR_ALIASING, "%s overlaps %s in memory%s", o->name, x->name,
+            char on[48], xn[48];
+            return wkv_fail(msg, WKV_ERROR_ALIASING, "%s overlaps %s in memory%s", wkv_span_name(o, on),
+                            wkv_span_name(x, xn),
                             state_pair ? " (state_out may alias state_in only exactly: same data, "
                                          "offset and strides)"
                                        : "");
@@ -436,10 +451,7 @@ static wkv_status check_outputs_alias(const wkv_spans* spans, wkv_message* msg) 
 static wkv_status check_forward(checker* c, const wkv_forward_desc* d, const char* prefix,
                                 int for_backward, wkv_problem* p, op_shape* s) {
     wkv_message* msg = c->msg;
-    char sname[64];
-    snprintf(sname, sizeof sname, "%.*s", (int)strlen(prefix) - 2, prefix); /* "desc", "desc->forward" */
     wkv_status st;
-    (void)sname;
     if (op_inputs(d->op) == 0)
         return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT,
                         "%sop is %d: expected WKV_OP_RWKV4 (4), WKV_OP_RWKV6 (6) or WKV_OP_RWKV7 (7)",
@@ -586,7 +598,7 @@ wkv_status wkv_validate_forward_spans(const wkv_target* target, const wkv_forwar
     if (st) return st;
     const wkv_forward_desc* desc = &d;
     spans->count = 0;
-    checker c = {target, msg, spans, {0}};
+    checker c = {target, msg, spans, NULL, 0, {0}};
     op_shape s;
     if ((st = check_forward(&c, desc, "desc->", 0, out, &s))) return st;
     if ((st = check_outputs_alias(spans, msg))) return st;
@@ -625,7 +637,7 @@ wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_de
         return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT, "desc->flags has unknown bits 0x%x",
                         desc->flags & ~(uint32_t)WKV_BACKWARD_REUSE_CHECKPOINTS);
     spans->count = 0;
-    checker c = {target, msg, spans, {0}};
+    checker c = {target, msg, spans, NULL, 0, {0}};
     op_shape s;
     const wkv_forward_desc* f = &fd;
     if ((st = check_forward(&c, f, "desc->forward->", 1, p, &s))) return st;
@@ -676,7 +688,8 @@ static wkv_status check_workspace_ptr(void* ws, size_t ws_size, const wkv_spans*
         return wkv_fail(msg, WKV_ERROR_OVERFLOW, "desc->workspace + its size wraps the address space");
     for (int i = 0; i < spans->count; ++i)
         if (!spans->span[i].buffer && !(hi <= spans->span[i].lo || spans->span[i].hi <= lo))
-            return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace overlaps %s", spans->span[i].name);
+            return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace overlaps %s",
+                            wkv_span_name(&spans->span[i], (char[48]){0}));
     return WKV_OK;
 }
 
@@ -729,6 +742,6 @@ wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backwa
     for (int i = 0; i < spans->count; ++i)
         if (spans->span[i].buffer == ws && spans->span[i].lo < hi)
             return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace (a wkv_buffer) overlaps %s",
-                            spans->span[i].name);
+                            wkv_span_name(&spans->span[i], (char[48]){0}));
     return WKV_OK;
 }

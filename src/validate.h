@@ -17,7 +17,7 @@ typedef struct wkv_target {
 /* The byte ranges of every tensor of a call, for the aliasing checks. */
 enum { WKV_MAX_SPANS = 24 };
 typedef struct wkv_span {
-    char name[48];    /* the argument, e.g. "desc->forward->k" */
+    const char* prefix; /* the argument is prefix + the role's name, e.g. "desc->forward->" "k" */
     int role;         /* which tensor of the op (validate.c's names) */
     uintptr_t lo, hi; /* [lo, hi) */
     int output;
@@ -31,6 +31,9 @@ typedef struct wkv_spans {
     wkv_span span[WKV_MAX_SPANS];
     int count;
 } wkv_spans;
+
+/* The span's argument name ("desc->forward->k") in out; returns out. */
+const char* wkv_span_name(const wkv_span* s, char out[48]);
 
 wkv_status wkv_validate_forward(const wkv_target* target, const wkv_forward_desc* desc,
                                 wkv_problem* out, wkv_message* msg);
