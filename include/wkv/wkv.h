@@ -359,10 +359,12 @@ typedef struct wkv_forward_desc {
      * (wkv_workspace_size() of that backward descriptor, in the backward's memory space).
      * When set, the forward also writes into it the state checkpoints the backward needs, and
      * that backward may skip recomputing them (WKV_BACKWARD_REUSE_CHECKPOINTS; see USAGE).
-     * NULL (with size 0) = not training. Checked: too small -> WKV_ERROR_WORKSPACE_TOO_SMALL,
-     * overlapping a tensor -> WKV_ERROR_ALIASING, before anything is written. A backend that
-     * does not save checkpoints ignores it. (Appended fields: a struct_size without them means
-     * NULL, 0.) */
+     * NULL (with size 0) = not training; NULL with a size -> WKV_ERROR_NULL_POINTER. On a
+     * backend that saves checkpoints (the CPU) it is checked before anything is written: too
+     * small -> WKV_ERROR_WORKSPACE_TOO_SMALL, overlapping a tensor -> WKV_ERROR_ALIASING; a
+     * backend that does not save ignores it. A later backward without the flag, or a forward,
+     * that writes into the workspace makes the context forget the checkpoints. (Appended
+     * fields: a struct_size without them means NULL, 0.) */
     void* workspace;
     size_t workspace_size;
 } wkv_forward_desc;
