@@ -25,7 +25,9 @@
  * ------------------------------------------------------------------------------ FORWARD
  * Chunked kernel (any T, packed): tokens staged through double-buffered shared memory in
  * chunks of 8 (N = 128: 4), the chunk after next prefetched into registers, one barrier per
- * chunk; y stored straight from registers. Decode kernel (unpacked T = 1): the same step for
+ * chunk; y through shared memory (N = 128: stored straight from registers). At N = 64 the
+ * staging and the y stores are done by N extra producer threads (rwkv7_forward_ws_kernel),
+ * the compute threads only walk the tokens. Decode kernel (unpacked T = 1): the same step for
  * one token, token and state loads issued together, one barrier. Both share row_step, and
  * every row's arithmetic depends only on L, so results do not depend on the kernel, B or T
  * (details at the forward kernels). The state is read once at the start and written once at
@@ -492,6 +494,16 @@ __device__ __forceinline__ void store_rows(const DevView& v, int64_t base, const
     }
 }
 
+/* Where a saving forward writes the checkpoints of (sequence, head) pos: the backward's
+ * address (Rwkv7BwdParams::ckpt); nullptr when not saving. */
+template <int N>
+__device__ __forceinline__ float* fwd_ckpt_base(const Rwkv7FwdParams& p, const SeqPos& pos) {
+    if (!p.ckpt) return nullptr;
+    const int64_t nseg = (pos.t1 - pos.t0 + p.K1 - 1) / p.K1;
+    const int64_t seg0 = p.seq.packed ? p.seg0[pos.local] : pos.s * ((p.T + p.K1 - 1) / p.K1);
+    return p.ckpt + ((size_t)seg0 * p.H + (size_t)pos.h * nseg) * (size_t)(N * N);
+}
+
 /* The chunked forward stores y through shared memory (see the token loop), except at N = 128. */
 template <int N>
 constexpr bool kYShared = N != 128;
@@ -561,12 +573,7 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
     }
     /* Saving the backward's checkpoints (p.ckpt): the state before every K1-token segment,
      * at the backward's address (K1 a multiple of CH, see rwkv7_forward_saves), row-major. */
-    float* ck = nullptr;
-    if (p.ckpt) {
-        const int64_t nseg = (t1 - t0 + p.K1 - 1) / p.K1;
-        const int64_t seg0 = p.seq.packed ? p.seg0[pos.local] : pos.s * ((p.T + p.K1 - 1) / p.K1);
-        ck = p.ckpt + ((size_t)seg0 * p.H + (size_t)pos.h * nseg) * (size_t)(N * N);
-    }
+    float* ck = fwd_ckpt_base<N>(p, pos);
     int ck_pos = 0; /* tokens since the last checkpoint */
     __syncthreads();
     int buf = 0;
@@ -605,6 +612,114 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
         if (kYShared<N> && want_y) store_rows(p.y, by + tc * p.y.s[1], &s_y[buf][0][0], m, N, RT::NT, tid);
     }
     store_state_rows<T>(p.state_out, pos.s, pos.h, rg, q, S);
+}
+
+/* The chunked kernel with its staging taken off the compute warps (N = 64): threads [0, NT)
+ * compute exactly as rwkv7_forward_kernel (same bits), threads [NT, NT + N) are producers,
+ * thread NT + j owning column j: while the compute warps walk chunk c they write chunk c - 1's
+ * y, then load chunk c + 1 and stage it into the other buffer; one barrier per chunk for all.
+ * Measured (NOTES v11, H100): B = 8 bf16 2.68 -> 2.54 ms, B = 1 f16 2.05 -> 1.96, saving
+ * forward 3.22 -> 2.89; at N = 32 (B = 8) 58% slower (250 registers at 96 threads: 2 blocks per
+ * SM where the plain kernel fits many), so N = 32 and 128 keep rwkv7_forward_kernel. */
+template <int N>
+__global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
+    rwkv7_forward_ws_kernel(const __grid_constant__ Rwkv7FwdParams p) {
+    using RT = RowTile<N, 1>;
+    using T = typename RT::StateTile;
+    constexpr int P = RT::P, C = RT::C, G = RT::G, CH = RT::CH, NT = RT::NT;
+    __shared__ __align__(16) float s_tok[2][CH][F_NUM][N];
+    __shared__ float s_y[2][CH][N];
+
+    const int tid = threadIdx.x;
+    const bool producer = tid >= NT;
+    const int rg = producer ? 0 : tid / P, q = tid % P;
+    const int sj = producer ? tid - NT : 0;
+    const SeqPos pos = seq_pos(p.seq, p.H, p.T);
+    const int64_t t0 = pos.t0, t1 = pos.t1;
+    const bool want_y = p.y.data != nullptr;
+
+    const int64_t br = tok_base(p.r, pos.batch, pos.h) + sj * p.r.s[3];
+    const int64_t bw = tok_base(p.w, pos.batch, pos.h) + sj * p.w.s[3];
+    const int64_t bk = tok_base(p.k, pos.batch, pos.h) + sj * p.k.s[3];
+    const int64_t bv = tok_base(p.v, pos.batch, pos.h) + sj * p.v.s[3];
+    const int64_t ba = tok_base(p.a, pos.batch, pos.h) + sj * p.a.s[3];
+    const int64_t bb = tok_base(p.b, pos.batch, pos.h) + sj * p.b.s[3];
+    const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) : 0;
+
+    float pr[CH], pw[CH], pk[CH], pv[CH], pa[CH], pb[CH];
+    auto prefetch = [&](int64_t tc) {
+#pragma unroll
+        for (int x = 0; x < CH; ++x) {
+            const int64_t t = min64(tc + x, t1 - 1);
+            pr[x] = load_elem(p.r, br + t * p.r.s[1]);
+            pw[x] = load_elem(p.w, bw + t * p.w.s[1]);
+            pk[x] = load_elem(p.k, bk + t * p.k.s[1]);
+            pv[x] = load_elem(p.v, bv + t * p.v.s[1]);
+            pa[x] = load_elem(p.a, ba + t * p.a.s[1]);
+            pb[x] = load_elem(p.b, bb + t * p.b.s[1]);
+        }
+    };
+    auto stage = [&](int buf, int m) {
+#pragma unroll
+        for (int x = 0; x < CH; ++x) {
+            if (x < m) {
+                float ddw;
+                s_tok[buf][x][F_R][sj] = pr[x];
+                s_tok[buf][x][F_D][sj] = decay_of(p.form, pw[x], &ddw);
+                s_tok[buf][x][F_K][sj] = pk[x];
+                s_tok[buf][x][F_V][sj] = pv[x];
+                s_tok[buf][x][F_A][sj] = pa[x];
+                s_tok[buf][x][F_B][sj] = pb[x];
+            }
+        }
+    };
+
+    float S[1][C];
+    if (producer) {
+        if (t0 < t1) {
+            prefetch(t0);
+            stage(0, (int)min64(CH, t1 - t0));
+        }
+    } else {
+        load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
+    }
+    float* ck = fwd_ckpt_base<N>(p, pos);
+    int ck_pos = 0;
+    __syncthreads();
+    int buf = 0;
+    for (int64_t tc = t0; tc < t1; tc += CH, buf ^= 1) {
+        const int m = (int)min64(CH, t1 - tc);
+        if (!producer) {
+            if (ck && ck_pos == 0) {
+                store_row_slices<N, 1, P, G>(ck, S, rg, q);
+                ck += N * N;
+            }
+            ck_pos = ck_pos + CH == p.K1 ? 0 : ck_pos + CH;
+            for (int u = 0; u < m; ++u) {
+                const float* const tok[F_NUM] = {s_tok[buf][u][F_R], s_tok[buf][u][F_D], s_tok[buf][u][F_K],
+                                                 s_tok[buf][u][F_V], s_tok[buf][u][F_A], s_tok[buf][u][F_B]};
+                float y[1];
+                row_step<1, P, G>(S, tok, rg, q, y);
+                s_y[buf][u][rg] = y[0];
+            }
+        } else {
+            if (tc > t0 && want_y) store_rows(p.y, by + (tc - CH) * p.y.s[1], &s_y[buf ^ 1][0][0], CH, N, N, sj);
+            /* loaded and staged in one go: the producers wait for the loads themselves, and
+             * no prefetch registers stay live across the loop (they would add to the compute
+             * threads' count: one program, one register allocation) */
+            prefetch(tc + CH);
+            stage(buf ^ 1, (int)min64(CH, t1 - tc - CH));
+        }
+        __syncthreads();
+    }
+    if (producer) {
+        if (t0 < t1 && want_y) {
+            const int64_t tl = t0 + ((t1 - t0 - 1) / CH) * CH;
+            store_rows(p.y, by + tl * p.y.s[1], &s_y[buf ^ 1][0][0], (int)(t1 - tl), N, N, sj);
+        }
+    } else {
+        store_state_rows<T>(p.state_out, pos.s, pos.h, rg, q, S);
+    }
 }
 
 /* Unpacked T = 1: the chunked kernel's work for one token, without its loop: token loads and
@@ -1080,8 +1195,10 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
 template <int N>
 int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t stream) {
     const unsigned nb = (unsigned)blocks;
-    if (p.seq.packed || p.T != 1) rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
-    else if (forward_rows(N, blocks, sms) == 1) rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+    if (p.seq.packed || p.T != 1) {
+        if constexpr (N == 64) rwkv7_forward_ws_kernel<N><<<nb, RowTile<N, 1>::NT + N, 0, stream>>>(p);
+        else rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+    } else if (forward_rows(N, blocks, sms) == 1) rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
     else if constexpr (N != 128) rwkv7_decode_kernel<N, 2><<<nb, RowTile<N, 2>::NT, 0, stream>>>(p);
     return (int)cudaGetLastError();
 }
@@ -1147,7 +1264,7 @@ int rwkv7_check_kernel_image(int N) {
     cudaFuncAttributes attr;
     switch (N) {
     case 32: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<32, 1>);
-    case 64: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<64, 1>);
+    case 64: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_ws_kernel<64>);
     case 128: return (int)cudaFuncGetAttributes(&attr, rwkv7_forward_kernel<128, 1>);
     default: return (int)cudaErrorInvalidValue;
     }
