@@ -144,6 +144,9 @@ if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
   wb() { "$bench" perf --backend "$@" --H 32 --N 64 --repeat 10 --json >>"$perf" 2>>"$out/golden_bench.log" ||
          note "wkv-bench perf --backend $* failed (golden_bench.log)"; }
   wb cuda --B 8 --T 4096 --dtype bf16
+  # training with the forward's checkpoints reused (RWKV-7 N=64 saves them; passes fwd+save and
+  # bwd-reuse, interleaved with the plain forward and backward in each sample)
+  wb cuda --B 8 --T 4096 --dtype bf16 --reuse
   wb cuda --B 1 --T 4096 --dtype f16 --pass forward
   wb cuda --B 1,256 --T 1 --dtype f32 --pass forward
   stamp "wkv-bench perf cuda done" | tee -a "$summary"
