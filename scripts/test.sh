@@ -68,6 +68,8 @@ valgrind_tests() {
   cases+=',rwkv4: packed*,rwkv6: packed*,rwkv7 random: packed*,rwkv7 random: strided*'
   cases+=',rwkv4: bad inputs*,rwkv6: bad inputs*,rwkv7 random: key-major*,rwkv7 random: in-place*'
   cases+=',golden: files that are valid*'
+  # forward-saved checkpoints: every misuse the context refuses, old descriptor sizes
+  cases+=',checkpoints: misuse*,checkpoints: callers*'
   # fault injection: every allocation and device-lost point, a lost context's calls, destroy
   cases+=',fault*'
   # NaN and Inf in every input of every op (the policy of wkv.h's NUMERICS)
