@@ -647,6 +647,24 @@ wkv_status stage_out(CudaState* st, Placement* pl, StreamDrain* drain, wkv_messa
     return WKV_OK;
 }
 
+/* The workspace as device memory: a wkv_buffer's or a device (or managed) pointer; nullptr
+ * for host memory (pageable or pinned), which a backward replaces by scratch. */
+char* device_workspace(const wkv_problem* p) {
+    if (p->workspace_mem.buffer) return static_cast<char*>(p->workspace_mem.buffer) + p->workspace_mem.offset;
+    if (p->workspace_mem.host || !p->workspace) return nullptr;
+    cudaPointerAttributes attr;
+    const cudaError_t ae = cudaPointerGetAttributes(&attr, p->workspace);
+    if (ae != cudaSuccess) cudaGetLastError(); /* older drivers: unknown host memory */
+    if (ae == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged))
+        return static_cast<char*>(p->workspace);
+    return nullptr;
+}
+
+/* The backward's checkpoints in a workspace: 256-byte aligned (the size formula's slack). */
+float* checkpoint_area(char* ws) {
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(ws) + 255u) & ~(uintptr_t)255u);
+}
+
 /* Enqueues the RWKV-6 or RWKV-4 forward on the placed views; the cudaError_t as int. */
 int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
     const int64_t per = seqs_per_launch(p);
@@ -664,9 +682,12 @@ int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
         prm.T = p->T;
         prm.H = (int32_t)p->H;
         prm.form = (int32_t)p->decay_form;
+        if (p->save_checkpoints) prm.ckpt = checkpoint_area(device_workspace(p)); /* cuda_saves_checkpoints said yes */
+        int64_t seg = 0; /* saving, packed: segments of the sequences before `first` */
         for (int64_t first = 0; first < p->num_seqs; first += per) {
             const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
             fill_seq(p, first, count, &prm.seq);
+            if (prm.ckpt) seg = fill_seg0(p, first, count, kRwkv6SegK, seg, prm.seg0);
             const int e = rwkv6_launch_forward((int)p->N, prm, count * p->H, st->stream);
             if (e != 0) return e;
         }
@@ -692,30 +713,16 @@ int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
     return 0;
 }
 
-/* The workspace as device memory: a wkv_buffer's or a device (or managed) pointer; nullptr
- * for host memory (pageable or pinned), which a backward replaces by scratch. */
-char* device_workspace(const wkv_problem* p) {
-    if (p->workspace_mem.buffer) return static_cast<char*>(p->workspace_mem.buffer) + p->workspace_mem.offset;
-    if (p->workspace_mem.host || !p->workspace) return nullptr;
-    cudaPointerAttributes attr;
-    const cudaError_t ae = cudaPointerGetAttributes(&attr, p->workspace);
-    if (ae != cudaSuccess) cudaGetLastError(); /* older drivers: unknown host memory */
-    if (ae == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged))
-        return static_cast<char*>(p->workspace);
-    return nullptr;
-}
-
-/* The backward's checkpoints in a workspace: 256-byte aligned (the size formula's slack). */
-float* checkpoint_area(char* ws) {
-    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(ws) + 255u) & ~(uintptr_t)255u);
-}
-
-/* ABI v2: a forward saves the backward's checkpoints for RWKV-7 at N = 32 / 64 (the backward's
- * checkpoint pass runs in the forward's arithmetic there, rwkv7.cu) into a device workspace.
- * A host workspace would be replaced by scratch: not saved, the backward recomputes. */
+/* ABI v2: a forward saves the backward's checkpoints into a device workspace for RWKV-7 at
+ * N = 32 / 64 (the backward's checkpoint pass runs in the forward's arithmetic there, rwkv7.cu)
+ * and for RWKV-6 at every N (each state element is a scalar recurrence with the same fmaf in
+ * both scans, rwkv6.cu). A host workspace would be replaced by scratch: not saved, the
+ * backward recomputes. */
 int32_t cuda_saves_checkpoints(void* state, const wkv_problem* p) {
     const CudaState* st = static_cast<const CudaState*>(state);
-    if (st->lost || p->op != WKV_OP_RWKV7 || p->backward) return 0;
+    if (st->lost || p->backward) return 0;
+    if (p->op == WKV_OP_RWKV6) return device_workspace(p) != nullptr ? 1 : 0;
+    if (p->op != WKV_OP_RWKV7) return 0;
     const int hidx = head_index(p->N);
     if (hidx < 0 || st->K1[hidx] == 0 || !rwkv7_forward_saves((int)p->N, st->K1[hidx])) return 0;
     return device_workspace(p) != nullptr ? 1 : 0;
@@ -895,6 +902,7 @@ int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, ch
         prm.T = p->T;
         prm.H = (int32_t)p->H;
         prm.form = (int32_t)p->decay_form;
+        prm.reuse = p->reuse_checkpoints ? 1 : 0;
         for (int64_t first = 0; first < p->num_seqs; first += per) {
             const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
             fill_seq(p, first, count, &prm.seq);

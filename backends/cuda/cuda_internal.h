@@ -100,6 +100,10 @@ struct Rwkv6FwdParams {
     int32_t H;
     int32_t form;
     SeqInfo seq;
+    /* Forward-saved checkpoints (wkv_problem.save_checkpoints): ckpt and seg0 exactly as the
+       backward's (Rwkv6BwdParams); ckpt == nullptr: not saving. */
+    float* ckpt;
+    int64_t seg0[kMaxSeqsPerLaunch + 1];
 };
 
 struct Rwkv6BwdParams {
@@ -111,6 +115,9 @@ struct Rwkv6BwdParams {
     int64_t T;
     int32_t H;
     int32_t form;
+    int32_t reuse; /* 1: ckpt holds a forward's checkpoints (wkv_problem.reuse_checkpoints):
+                      skip the column scan's checkpoint pass */
+    int32_t pad_;
     int64_t seg0[kMaxSeqsPerLaunch + 1]; /* packed: as Rwkv7BwdParams::seg0 */
     SeqInfo seq;
 };

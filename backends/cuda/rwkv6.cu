@@ -81,7 +81,7 @@ template <int N, bool BWD>
 __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, const DevView& W,
                                          const DevView& V, const DevView& U, const DevView& out,
                                          const DevView& sin, const DevView& sout, int form, int H,
-                                         int64_t T, const SeqInfo& seqi) {
+                                         int64_t T, const SeqInfo& seqi, float* ck, int64_t nseg) {
     constexpr int kRows = 4;                /* rows per thread */
     constexpr int kLanes = row_lanes(N);    /* lanes per row group: 8, 16, 32 */
     constexpr int NT = row_threads(N);      /* threads */
@@ -179,6 +179,22 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
             sY[x][i + mine] = fmaf(v, sruk[x], y);
         }
     };
+    /* forward saving the column scan's checkpoints (ck != nullptr: this (sequence, head)'s
+     * area, see the column scan): the state before token K g, element S[i][j] at the address
+     * the column scan's thread (column j, rows 4 (rg + RG c) + e) keeps it. Each element is a
+     * scalar recurrence computed with the same fmaf(S, decay, v k) in both kernels, so the
+     * bits do not depend on the thread layout. The 4 rows of a thread are one float4 there. */
+    constexpr int K = kRwkv6SegK, RG = N / kRS, CB = kColThreads / RG;
+    static_assert(kTC % K == 0 && (kRows == 4) && RG * CB == kColThreads, "checkpoint layout");
+    auto save = [&](int64_t g) {
+        const int rgp = (i / 4) % RG, cp = (i / 4) / RG;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int jj = 4 * q + e, cb = jj / CB, cl = jj % CB;
+            float4* dst = reinterpret_cast<float4*>(ck + ((size_t)cb * (size_t)nseg + (size_t)g) * 1024u);
+            dst[cp * kColThreads + cl * RG + rgp] = make_float4(S[0][e], S[1][e], S[2][e], S[3][e]);
+        }
+    };
     const int64_t nch = (len + kTC - 1) / kTC;
     if (len > 0) fetch(0);
     for (int64_t c = 0; c < nch; ++c) {
@@ -212,9 +228,15 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
         __syncthreads();
         if (n == kTC) { /* whole chunk: straight-line code, tokens can overlap */
 #pragma unroll
-            for (int x = 0; x < kTC; ++x) step(x);
+            for (int x = 0; x < kTC; ++x) {
+                if (x % K == 0 && ck) save(c * (kTC / K) + x / K);
+                step(x);
+            }
         } else {
-            for (int x = 0; x < n; ++x) step(x);
+            for (int x = 0; x < n; ++x) {
+                if (x % K == 0 && ck) save(c * (kTC / K) + x / K);
+                step(x);
+            }
         }
         __syncthreads();
         if (out.data) {
@@ -239,12 +261,24 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
 
 template <int N>
 __global__ void __launch_bounds__(row_threads(N), 1) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
-    row_scan<N, false>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq);
+    constexpr int K = kRwkv6SegK;
+    float* ck = nullptr;
+    int64_t nseg = 0;
+    if (p.ckpt) { /* the column scan's checkpoint base of this (sequence, head) */
+        const int64_t local = blockIdx.x / p.H, h = blockIdx.x % p.H;
+        const elem::Seq sq = elem::seq_of(p.seq, local, p.T);
+        nseg = (sq.t1 - sq.t0 + K - 1) / K;
+        const int64_t seg0 = p.seq.packed ? p.seg0[local] : sq.s * ((p.T + K - 1) / K);
+        ck = p.ckpt + ((size_t)seg0 * (size_t)p.H + (size_t)h * (size_t)nseg) * (size_t)N * N;
+    }
+    row_scan<N, false>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq, ck,
+                       nseg);
 }
 
 template <int N>
 __global__ void __launch_bounds__(row_threads(N), 1) rwkv6_bwd_rows_kernel(const Rwkv6BwdParams p) {
-    row_scan<N, true>(p.k, p.r, p.w, p.dy, p.u, p.dv, p.dstate_out, p.dstate_in, p.form, p.H, p.T, p.seq);
+    row_scan<N, true>(p.k, p.r, p.w, p.dy, p.u, p.dv, p.dstate_out, p.dstate_in, p.form, p.H, p.T, p.seq,
+                      nullptr, 0);
 }
 
 /* The column scan (see the top). */
@@ -316,8 +350,8 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
         }
     };
 
-    /* A. checkpoints */
-    {
+    /* A. checkpoints (skipped when a saving forward wrote them: the same bits, see row_scan) */
+    if (!p.reuse) {
         float cur[kRS];
         if (p.state_in.data) {
             const float* sp = reinterpret_cast<const float*>(p.state_in.data);

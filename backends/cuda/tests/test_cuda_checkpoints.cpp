@@ -3,11 +3,12 @@
 // pass A; a backward with WKV_BACKWARD_REUSE_CHECKPOINTS skips that pass and must give bit
 // for bit the gradients of one that recomputes them, while the forward's own outputs do not
 // change by saving. RWKV-7 at N = 32 / 64 saves (backends/cuda/rwkv7.cu: pass A runs in the
-// forward's arithmetic); N = 128 and RWKV-6 do not, where the flag must change nothing.
+// forward's arithmetic) and N = 128 does not, where the flag must change nothing; RWKV-6 saves
+// at every N (the row scan stores the column scan's checkpoints, backends/cuda/rwkv6.cu).
 // Cases: T with a tail (not a multiple of the segment or the staged chunk), T = 1 (the decode
-// kernel), packed sequences with an empty one, without state_in, key-major states, f32, f16,
-// bf16. Every tensor and the workspace are wkv_buffers (device memory); outputs and the
-// workspace are NaN-filled before each call.
+// kernel), packed sequences with an empty one, without state_in, key-major states, strided
+// inputs (NaN in the gaps), f32, f16, bf16. Every tensor and the workspace are wkv_buffers
+// (device memory); outputs and the workspace are NaN-filled before each call.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -38,12 +39,13 @@ struct CkCase {
     wkv_dtype dtype = WKV_DTYPE_F32;
     int64_t B = 2, T = 75, H = 2, N = 64;
     bool packed = false, with_s0 = true;
+    bool strided = false; // token inputs (and dy) with a gap of N after each head's N elements
     uint32_t flags = 0;
 
     std::string label() const {
         return std::string(op_label(op)) + " " + dtype_name(dtype) + " B=" + std::to_string(B) +
                " T=" + std::to_string(T) + " N=" + std::to_string(N) + (packed ? " packed" : "") +
-               (with_s0 ? "" : " no-s0") + (flags ? " key-major" : "");
+               (with_s0 ? "" : " no-s0") + (flags ? " key-major" : "") + (strided ? " strided" : "");
     }
 };
 
@@ -66,7 +68,17 @@ struct DevProblem {
         HostTensor& x = h[name];
         REQUIRE(wkv_buffer_create(ctx, x.buf.size(), &b[name]) == WKV_OK);
         REQUIRE(wkv_buffer_upload(ctx, b[name], 0, x.buf.data(), x.buf.size()) == WKV_OK);
-        return wkv_tensor_make_buffer(b[name], 0, x.dtype, (int32_t)x.shape.size(), x.shape.data());
+        wkv_tensor v = wkv_tensor_make_buffer(b[name], 0, x.dtype, (int32_t)x.shape.size(), x.shape.data());
+        if (!x.contiguous) v.strides = x.strides.data();
+        return v;
+    }
+    // An input tensor: [B, T, H, N] ones strided when the case says so (gaps NaN).
+    HostTensor input(wkv_dtype dt, std::vector<int64_t> shape) const {
+        if (!c.strided || shape.size() != 4) return HostTensor(dt, shape);
+        const int64_t n2 = 2 * shape[3];
+        HostTensor t(dt, shape, {shape[1] * shape[2] * n2, shape[2] * n2, n2, 1}, 0);
+        t.poison();
+        return t;
     }
 
     DevProblem(wkv_context* cx, const CkCase& cs) : ctx(cx), c(cs) {
@@ -86,7 +98,7 @@ struct DevProblem {
         f.decay_form = ap.form;
         f.flags = c.flags;
         for (const auto& name : any_inputs(c.op)) {
-            *any_detail::slot(f, name) = put(name, HostTensor(c.dtype, any_shape(ap, name)), &ap.in.at(name));
+            *any_detail::slot(f, name) = put(name, input(c.dtype, any_shape(ap, name)), &ap.in.at(name));
         }
         if (c.with_s0) f.state_in = put("s0", HostTensor(WKV_DTYPE_F32, any_shape(sp, "s0")), &ap.in.at("s0"));
         f.y = put("y", HostTensor(c.dtype, any_shape(ap, "y")), nullptr);
@@ -97,7 +109,7 @@ struct DevProblem {
         }
         g.struct_size = sizeof g;
         g.forward = &f;
-        g.dy = put("dy", HostTensor(c.dtype, any_shape(ap, "y")), &ap.in.at("dy"));
+        g.dy = put("dy", input(c.dtype, any_shape(ap, "y")), &ap.in.at("dy"));
         g.dstate_out = put("dsT", HostTensor(WKV_DTYPE_F32, any_shape(sp, "dsT")), &ap.in.at("dsT"));
         for (const auto& name : any_grads(c.op)) {
             const bool state = name == "ds0";
@@ -188,7 +200,7 @@ void check_case(const CkCase& c) {
         p.poison_workspace();
         p.poison(true);
         REQUIRE(wkv_backward(ctx, &p.g) == WKV_OK);
-        const bool saves = c.op == WKV_OP_RWKV7 && c.N != 128;
+        const bool saves = (c.op == WKV_OP_RWKV7 && c.N != 128) || c.op == WKV_OP_RWKV6;
         CHECK(p.any_nan("dr") == saves);
         if (!saves) CHECK(p.bytes(true) == grads);
     }
@@ -213,8 +225,20 @@ TEST_CASE("cuda checkpoints: a backward reusing the forward's checkpoints is bit
         CkCase ns = c; ns.with_s0 = false; ns.T = 16; ns.dtype = WKV_DTYPE_F16; check_case(ns);
         CkCase km = c; km.flags = WKV_FLAG_STATE_KEY_MAJOR; km.T = 9; check_case(km);
     }
-    CkCase r6;
-    r6.op = WKV_OP_RWKV6;
-    r6.T = 20;
-    check_case(r6);
+    // RWKV-6: the row scan saves at chunk starts and mid-chunk (K = 8, 16 tokens staged)
+    for (int64_t N : {int64_t(64), int64_t(32), int64_t(128)}) {
+        CkCase c;
+        c.op = WKV_OP_RWKV6;
+        c.N = N;
+        check_case(c); // T = 75: 4 whole chunks, a tail of 11 (one more checkpoint mid-tail)
+        CkCase one = c; one.T = 1; check_case(one);
+        CkCase pk = c; pk.packed = true; pk.dtype = WKV_DTYPE_BF16; check_case(pk);
+        CkCase ns = c; ns.with_s0 = false; ns.T = 16; ns.dtype = WKV_DTYPE_F16; check_case(ns);
+        CkCase km = c; km.flags = WKV_FLAG_STATE_KEY_MAJOR; km.T = 9; check_case(km);
+        CkCase sd = c; sd.strided = true; sd.T = 40; sd.dtype = WKV_DTYPE_BF16; check_case(sd);
+    }
+    CkCase sd7; // RWKV-7 strided, N = 64
+    sd7.strided = true;
+    sd7.T = 40;
+    check_case(sd7);
 }
