@@ -157,6 +157,8 @@ if [ "${WKV_DEVICE_PERF64:-${WKV_DEVICE_PERF:-1}}" = 1 ]; then
   p64() { "$bench" perf --backend cuda "$@" --repeat 5 --json >>"$perf" 2>>"$out/golden_bench.log" ||
           note "wkv-bench perf --backend cuda $* failed (golden_bench.log)"; }
   p64 --op rwkv6,rwkv4 --B 8 --T 4096 --H 32 --N 64 --dtype bf16
+  # the RWKV-6 training step with the forward's checkpoints reused (fwd+save, bwd-reuse)
+  p64 --op rwkv6 --B 8 --T 4096 --H 32 --N 64 --dtype bf16 --reuse
   p64 --op rwkv4 --B 8 --T 4096 --H 32 --N 64 --dtype f32
   stamp "wkv-bench perf cuda rwkv6/rwkv4 done" | tee -a "$summary"
 fi
