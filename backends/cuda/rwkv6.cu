@@ -76,8 +76,9 @@ __device__ __forceinline__ int64_t st_off(const DevView& v, int64_t s, int64_t h
     return s * v.s[0] + h * v.s[1] + i * v.s[2] + j * v.s[3];
 }
 
-/* The row scan (see the top). BWD walks the tokens last first. */
-template <int N, bool BWD>
+/* The row scan (see the top). BWD walks the tokens last first; SAVE (forward only) stores the
+ * column scan's checkpoints at ck (a template switch: the plain forward keeps its registers). */
+template <int N, bool BWD, bool SAVE = false>
 __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, const DevView& W,
                                          const DevView& V, const DevView& U, const DevView& out,
                                          const DevView& sin, const DevView& sout, int form, int H,
@@ -179,21 +180,24 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
             sY[x][i + mine] = fmaf(v, sruk[x], y);
         }
     };
-    /* forward saving the column scan's checkpoints (ck != nullptr: this (sequence, head)'s
-     * area, see the column scan): the state before token K g, element S[i][j] at the address
-     * the column scan's thread (column j, rows 4 (rg + RG c) + e) keeps it. Each element is a
-     * scalar recurrence computed with the same fmaf(S, decay, v k) in both kernels, so the
-     * bits do not depend on the thread layout. The 4 rows of a thread are one float4 there. */
+    /* SAVE: the column scan's checkpoints (ck: this (sequence, head)'s area, see the column
+     * scan): the state before token K g, element S[i][j] where the column scan's thread
+     * (column j, rows 4 (rg + RG c) + e) keeps it, so a thread's 4 rows of one column are one
+     * float4 there, and its 4 columns (one block of CB columns) are RG float4 apart. Each
+     * element is a scalar recurrence computed with the same fmaf(S, decay, v k) in both
+     * kernels, so the bits do not depend on the thread layout. */
     constexpr int K = kRwkv6SegK, RG = N / kRS, CB = kColThreads / RG;
-    static_assert(kTC % K == 0 && (kRows == 4) && RG * CB == kColThreads, "checkpoint layout");
+    static_assert(kTC % K == 0 && kRows == 4 && RG * CB == kColThreads && CB % 4 == 0, "checkpoint layout");
+    float4* ck4 = nullptr;
+    if constexpr (SAVE) {
+        const int p4 = i / 4, j0 = 4 * q;
+        ck4 = reinterpret_cast<float4*>(ck) + (size_t)(j0 / CB) * (size_t)nseg * 256u + (p4 / RG) * kColThreads +
+              (j0 % CB) * RG + p4 % RG;
+    }
     auto save = [&](int64_t g) {
-        const int rgp = (i / 4) % RG, cp = (i / 4) / RG;
+        float4* dst = ck4 + (size_t)g * 256u;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int jj = 4 * q + e, cb = jj / CB, cl = jj % CB;
-            float4* dst = reinterpret_cast<float4*>(ck + ((size_t)cb * (size_t)nseg + (size_t)g) * 1024u);
-            dst[cp * kColThreads + cl * RG + rgp] = make_float4(S[0][e], S[1][e], S[2][e], S[3][e]);
-        }
+        for (int e = 0; e < 4; ++e) dst[e * RG] = make_float4(S[0][e], S[1][e], S[2][e], S[3][e]);
     };
     const int64_t nch = (len + kTC - 1) / kTC;
     if (len > 0) fetch(0);
@@ -229,12 +233,12 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
         if (n == kTC) { /* whole chunk: straight-line code, tokens can overlap */
 #pragma unroll
             for (int x = 0; x < kTC; ++x) {
-                if (x % K == 0 && ck) save(c * (kTC / K) + x / K);
+                if (SAVE && x % K == 0) save(c * (kTC / K) + x / K);
                 step(x);
             }
         } else {
             for (int x = 0; x < n; ++x) {
-                if (x % K == 0 && ck) save(c * (kTC / K) + x / K);
+                if (SAVE && x % K == 0) save(c * (kTC / K) + x / K);
                 step(x);
             }
         }
@@ -259,20 +263,26 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
     }
 }
 
-template <int N>
-__global__ void __launch_bounds__(row_threads(N), 1) rwkv6_forward_kernel(const Rwkv6FwdParams p) {
+/* The plain forward's register count (128 at N = 64, 168 at N = 32) sets its occupancy (16
+ * warps / SM at N = 64: see NOTES v5); the saving one asks for the same blocks per SM, or its
+ * extra registers (158 / 210 unbounded) would halve them (N = 64: 1.82 -> 2.84 ms). */
+__host__ __device__ constexpr int row_min_blocks(int N) { return N == 32 ? 6 : (N == 64 ? 2 : 1); }
+
+template <int N, bool SAVE>
+__global__ void __launch_bounds__(row_threads(N), SAVE ? row_min_blocks(N) : 1)
+    rwkv6_forward_kernel(const Rwkv6FwdParams p) {
     constexpr int K = kRwkv6SegK;
     float* ck = nullptr;
     int64_t nseg = 0;
-    if (p.ckpt) { /* the column scan's checkpoint base of this (sequence, head) */
+    if (SAVE) { /* the column scan's checkpoint base of this (sequence, head) */
         const int64_t local = blockIdx.x / p.H, h = blockIdx.x % p.H;
         const elem::Seq sq = elem::seq_of(p.seq, local, p.T);
         nseg = (sq.t1 - sq.t0 + K - 1) / K;
         const int64_t seg0 = p.seq.packed ? p.seg0[local] : sq.s * ((p.T + K - 1) / K);
         ck = p.ckpt + ((size_t)seg0 * (size_t)p.H + (size_t)h * (size_t)nseg) * (size_t)N * N;
     }
-    row_scan<N, false>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq, ck,
-                       nseg);
+    row_scan<N, false, SAVE>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq,
+                             ck, nseg);
 }
 
 template <int N>
@@ -506,7 +516,8 @@ __global__ void rwkv6_reduce_kernel(const float* part, DevView du, int64_t S, in
 
 template <int N>
 int launch_fwd(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
-    rwkv6_forward_kernel<N><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
+    if (p.ckpt) rwkv6_forward_kernel<N, true><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
+    else rwkv6_forward_kernel<N, false><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 template <int N>
