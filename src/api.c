@@ -169,9 +169,11 @@ static wkv_status context_create(const wkv_context_options* options, const void*
     o.struct_size = sizeof o;
     if (options) {
         wkv_message m;
-        wkv_status st = wkv_check_struct_size(options, sizeof o, "options", &m);
+        wkv_status st = wkv_check_struct_size_since(options, offsetof(wkv_context_options, flags), sizeof o,
+                                                    "options", &m);
         if (st) return fail_free(st, "wkv_context_create: %s", m.text);
-        memcpy(&o, options, sizeof o);
+        memcpy(&o, options, options->struct_size < sizeof o ? options->struct_size : sizeof o);
+        o.struct_size = sizeof o;
     }
     if (o.log_level == 0) o.log_level = WKV_LOG_WARN;
     if (o.log_level < WKV_LOG_ERROR || o.log_level > WKV_LOG_DEBUG)
@@ -188,6 +190,10 @@ static wkv_status context_create(const wkv_context_options* options, const void*
         return fail_free(WKV_ERROR_INVALID_ARGUMENT,
                          "wkv_context_create: options->cpu_threads is %d: expected 0 (all cores) to 1024",
                          (int)o.cpu_threads);
+    if (o.flags & ~(uint64_t)WKV_CONTEXT_ASYNC)
+        return fail_free(WKV_ERROR_INVALID_ARGUMENT,
+                         "wkv_context_create: options->flags is 0x%llx: unknown bits (known: WKV_CONTEXT_ASYNC)",
+                         (unsigned long long)o.flags);
     if (!o.parallel_for && o.parallel_for_user_data)
         return fail_free(WKV_ERROR_INVALID_ARGUMENT,
                          "wkv_context_create: options->parallel_for_user_data is set without parallel_for");
@@ -244,6 +250,7 @@ static wkv_status context_create(const wkv_context_options* options, const void*
     args.guest = guest;
     args.fault = fault ? wkv_fault_check : NULL;
     args.fault_plan = fault;
+    args.context_flags = o.flags;
     if (o.parallel_for) {
         args.parallel_for = o.parallel_for;
         args.parallel_for_user_data = o.parallel_for_user_data;

@@ -179,7 +179,16 @@ typedef struct wkv_backend_create_args {
      * NULL when there is none. Trailing fields: read them with wkv_fault_hook_from(). */
     wkv_fault_fn fault;
     void* fault_plan;
+    /* wkv_context_options.flags (WKV_CONTEXT_*, checked by the core). A trailing field: read it
+     * with wkv_create_flags(). */
+    uint64_t context_flags;
 } wkv_backend_create_args;
+
+static inline uint64_t wkv_create_flags(const wkv_backend_create_args* a) {
+    return a && a->struct_size >= offsetof(wkv_backend_create_args, context_flags) + sizeof(uint64_t)
+               ? a->context_flags
+               : 0;
+}
 
 /* A backend keeps the hook from create() for its calls and asks wkv_fault_hit() at each of its
  * failure points; a hit means "fail here as the real failure would": return the status and

@@ -8,14 +8,38 @@ static wkv_status vk_workspace_size(void* state, const wkv_problem* p, size_t* o
     return wkv_vk_rwkv7_workspace_size((wkv_vk_state*)state, p, out, msg); /* RWKV-7 and RWKV-6 */
 }
 
+/* 1 when every present tensor and the workspace are wkv_buffers: the call may be enqueued
+ * (WKV_CONTEXT_ASYNC); a host tensor is staged through the shared buffers and copied back. */
+static int buffers_only(const wkv_problem* p) {
+    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i)
+        if ((&p->r)[i].data && !p->mem[i].buffer) return 0;
+    if (p->backward && p->workspace && !p->workspace_mem.buffer) return 0;
+    return 1;
+}
+
+static wkv_status vk_call(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg) {
+    wkv_status s = vkw_call_begin(st, buffers_only(p), msg);
+    if (s == WKV_OK) {
+        if (p->backward)
+            s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_backward(st, p, msg) : wkv_vk_rwkv7_backward(st, p, msg);
+        else
+            s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_forward(st, p, msg) : wkv_vk_rwkv7_forward(st, p, msg);
+    }
+    st->call_async = 0;
+    return s;
+}
+
 static wkv_status vk_forward(void* state, const wkv_problem* p, wkv_message* msg) {
-    if (p->op == WKV_OP_RWKV4) return wkv_vk_rwkv4_forward((wkv_vk_state*)state, p, msg);
-    return wkv_vk_rwkv7_forward((wkv_vk_state*)state, p, msg); /* RWKV-7 and RWKV-6 */
+    return vk_call((wkv_vk_state*)state, p, msg);
 }
 
 static wkv_status vk_backward(void* state, const wkv_problem* p, wkv_message* msg) {
-    if (p->op == WKV_OP_RWKV4) return wkv_vk_rwkv4_backward((wkv_vk_state*)state, p, msg);
-    return wkv_vk_rwkv7_backward((wkv_vk_state*)state, p, msg); /* RWKV-7 and RWKV-6 */
+    return vk_call((wkv_vk_state*)state, p, msg);
+}
+
+static wkv_status vk_synchronize(void* state, wkv_message* msg) {
+    wkv_vk_state* st = (wkv_vk_state*)state;
+    return vkw_call_begin(st, 0, msg); /* a deferred failure, or the wait for every pending call */
 }
 
 static wkv_status vk_control(void* state, int32_t request, void* data, wkv_message* msg) {
@@ -55,7 +79,7 @@ static const wkv_backend_iface k_iface = {
     /* .buffer_write   = */ wkv_vk_buffer_write,
     /* .buffer_read    = */ wkv_vk_buffer_read,
     /* .auto_skip      = */ wkv_vk_auto_skip,
-    /* .synchronize    = */ NULL, /* every call waits for its fence before it returns */
+    /* .synchronize    = */ vk_synchronize, /* WKV_CONTEXT_ASYNC: waits for the enqueued calls */
     /* .saves_checkpoints = */ NULL, /* the forward ignores a workspace; backward recomputes */
 };
 

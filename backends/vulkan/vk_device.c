@@ -498,6 +498,7 @@ wkv_status wkv_vk_create(const wkv_backend_create_args* args, void** out_state, 
     atomic_init(&st->validation_count, 0ull);
     st->validation = env_flag("WKV_VULKAN_VALIDATION");
     st->params_direct = 1;
+    st->async = (wkv_create_flags(args) & WKV_CONTEXT_ASYNC) != 0;
     const wkv_vulkan_guest_options* guest =
         args->struct_size >= offsetof(wkv_backend_create_args, guest) + sizeof(args->guest)
             ? (const wkv_vulkan_guest_options*)args->guest
@@ -535,7 +536,8 @@ void wkv_vk_destroy(void* state) {
     wkv_vk_state* st = (wkv_vk_state*)state;
     if (!st) return;
     if (st->device) {
-        st->fn.vkDeviceWaitIdle(st->device);
+        st->fn.vkDeviceWaitIdle(st->device); /* enqueued calls (WKV_CONTEXT_ASYNC) included */
+        vkw_ring_destroy(st);
         wkv_vk_kernels_destroy(st);
         vkw_buffer_destroy(st, &st->staging);
         vkw_buffer_destroy(st, &st->mirror);

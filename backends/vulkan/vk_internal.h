@@ -80,6 +80,39 @@ typedef struct vkw_kernel {
 
 /* ---------------------------------------------------------------------------- context */
 
+/* What a recorded forward depends on besides its parameter block (vk_rwkv7.c). */
+typedef struct vkw_replay_key {
+    int kernel;
+    VkPipeline pipeline;
+    int64_t items;
+    uint64_t epoch, params_bytes;
+    VkBuffer params_buffer;
+    VkBuffer buffer[WKV_PROBLEM_VIEWS];
+    VkDeviceSize offset[WKV_PROBLEM_VIEWS], range[WKV_PROBLEM_VIEWS];
+} vkw_replay_key;
+
+/* ASYNC CALLS (WKV_CONTEXT_ASYNC). A call on buffers only is submitted and not waited for. What
+ * the GPU may still read while it is pending is per call: the command buffer, its fence, the
+ * descriptor pool and the parameter block. These form a slot; the context's fields of those
+ * names (cmd, fence, desc_pool, params, replay_*) are the active slot, and `ring` holds the
+ * others. An async call whose active slot is pending swaps in the ring's oldest slot (waiting
+ * for its fence if it is pending too), so up to WKV_VK_SLOTS calls are in flight. Each slot
+ * keeps its own recorded command buffer for replay. A synchronous call or transfer first waits
+ * for every pending slot (vkw_drain), so that the shared staging, mirror and scratch buffers
+ * are free; dependencies between calls are the full barrier each command buffer begins with,
+ * whose first scope covers every earlier submission on the queue. */
+enum { WKV_VK_SLOTS = 8 };
+typedef struct vkw_slot {
+    VkCommandBuffer cmd;
+    VkFence fence;
+    VkDescriptorPool desc_pool;
+    uint32_t desc_pool_sets;
+    vkw_buffer params;
+    int pending;
+    int replay_valid;
+    vkw_replay_key replay_key;
+} vkw_slot;
+
 typedef struct wkv_vk_state {
     const wkv_vk_global* g;
     VkInstance instance;
@@ -112,15 +145,18 @@ typedef struct wkv_vk_state {
      * new buffer that happens to get a freed one's handle never matches. */
     int replay_valid;
     uint64_t buffer_epoch;
-    struct vkw_replay_key {
-        int kernel;
-        VkPipeline pipeline;
-        int64_t items;
-        uint64_t epoch, params_bytes;
-        VkBuffer params_buffer;
-        VkBuffer buffer[WKV_PROBLEM_VIEWS];
-        VkDeviceSize offset[WKV_PROBLEM_VIEWS], range[WKV_PROBLEM_VIEWS];
-    } replay_key;
+    vkw_replay_key replay_key;
+
+    /* Async calls (above): the active slot's submission is not waited for yet; the other slots;
+     * the next one to swap in; whether the context was created async and whether the current
+     * call runs so; a failure of pending work found where it could not be returned
+     * (wkv_buffer_destroy), returned by the next call or synchronize. */
+    int pending;
+    vkw_slot ring[WKV_VK_SLOTS - 1];
+    int ring_next;
+    int async, call_async;
+    wkv_status deferred;
+    char deferred_text[256];
 
     vkw_kernel kernels[WKV_VK_KERNELS];
     vkw_pipeline* pipelines;
@@ -187,6 +223,14 @@ wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg);
 /* Submits the command buffer as it was last ended, and waits for it. */
 wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg);
 wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg);
+/* (vkw_submit_wait and vkw_resubmit_wait only submit when st->call_async: the slot is pending.) */
+/* Starts a backend call: async (the context is async and the call's memory is all buffers):
+ * makes a free slot active; otherwise waits for every pending slot. Returns a deferred error. */
+wkv_status vkw_call_begin(wkv_vk_state* st, int async, wkv_message* msg);
+/* Waits for every pending slot (wkv_context_synchronize). */
+wkv_status vkw_drain(wkv_vk_state* st, wkv_message* msg);
+/* Frees the ring's slots (context destruction, after the device is idle). */
+void vkw_ring_destroy(wkv_vk_state* st);
 /* A buffer memory barrier on the whole of b. */
 void vkw_barrier(wkv_vk_state* st, VkPipelineStageFlags src, VkAccessFlags src_access,
                  VkPipelineStageFlags dst, VkAccessFlags dst_access);

@@ -2,6 +2,7 @@
  * a later increment). Library-owned buffers (wkv_buffer) are device-local; every transfer
  * between host memory and them goes through the context's host-visible staging buffer and a
  * vkCmdCopyBuffer, so the same code serves discrete GPUs and unified-memory devices. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +112,10 @@ wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg) {
                     VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
         return WKV_OK;
     }
+    if (!st->call_async) { /* the shared buffers (staging, mirror, scratch) must be free */
+        wkv_status s = vkw_drain(st, msg);
+        if (s) return s;
+    }
     st->replay_valid = 0;
     VkResult r = st->fn.vkResetCommandBuffer(st->cmd, 0);
     if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkResetCommandBuffer");
@@ -138,6 +143,24 @@ wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg) {
     return vkw_resubmit_wait(st, msg);
 }
 
+/* Waits for fence and resets it. A GPU's driver may put a blocking vkWaitForFences to sleep
+ * and wake it well after the fence signals (NVIDIA's: 22 us of a 61 us decode call on the
+ * H100, NOTES.md), which is most of a decode step's time. So on a GPU the wait spins on the
+ * fence status, as CUDA's default synchronisation does; on a CPU implementation (lavapipe)
+ * spinning would take a core from the threads doing the work, so it blocks.
+ * WKV_VULKAN_SPIN=0|1 overrides. */
+static wkv_status wait_fence(wkv_vk_state* st, VkFence fence, wkv_message* msg) {
+    VkResult r = VK_NOT_READY;
+    if (st->spin_wait)
+        while ((r = st->fn.vkGetFenceStatus(st->device, fence)) == VK_NOT_READY) {
+        }
+    if (r == VK_NOT_READY) r = st->fn.vkWaitForFences(st->device, 1, &fence, VK_TRUE, UINT64_MAX);
+    VkResult r2 = st->fn.vkResetFences(st->device, 1, &fence);
+    if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkWaitForFences");
+    if (r2 != VK_SUCCESS) return wkv_vk_result(msg, r2, "vkResetFences");
+    return WKV_OK;
+}
+
 wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg) {
     VkResult r;
     VkSubmitInfo si;
@@ -149,20 +172,125 @@ wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg) {
         return wkv_vk_result(msg, VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected fault: WKV_FAULT=device_lost)");
     if ((r = st->fn.vkQueueSubmit(st->queue, 1, &si, st->fence)) != VK_SUCCESS)
         return wkv_vk_result(msg, r, "vkQueueSubmit");
-    r = VK_NOT_READY;
-    /* A GPU's driver may put a blocking vkWaitForFences to sleep and wake it well after the
-     * fence signals (NVIDIA's: 22 us of a 61 us decode call on the H100, NOTES.md), which is
-     * most of a decode step's time. So on a GPU the wait spins on the fence status, as CUDA's
-     * default synchronisation does; on a CPU implementation (lavapipe) spinning would take a
-     * core from the threads doing the work, so it blocks. WKV_VULKAN_SPIN=0|1 overrides. */
-    if (st->spin_wait)
-        while ((r = st->fn.vkGetFenceStatus(st->device, st->fence)) == VK_NOT_READY) {
-        }
-    if (r == VK_NOT_READY) r = st->fn.vkWaitForFences(st->device, 1, &st->fence, VK_TRUE, UINT64_MAX);
-    VkResult r2 = st->fn.vkResetFences(st->device, 1, &st->fence);
-    if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkWaitForFences");
-    if (r2 != VK_SUCCESS) return wkv_vk_result(msg, r2, "vkResetFences");
+    if (st->call_async) { /* the slot stays pending until a later call or synchronize waits */
+        st->pending = 1;
+        return wkv_vk_check_validation(st, msg);
+    }
+    wkv_status s = wait_fence(st, st->fence, msg);
+    if (s) return s;
     return wkv_vk_check_validation(st, msg);
+}
+
+/* ------------------------------------------------------------------------ async calls */
+
+#define WKV_VK_SWAP(T, a, b) \
+    do {                     \
+        T t_ = (a);          \
+        (a) = (b);           \
+        (b) = t_;            \
+    } while (0)
+
+/* Makes slot the active one (the active one goes into its place in the ring). */
+static void swap_slot(wkv_vk_state* st, vkw_slot* slot) {
+    WKV_VK_SWAP(VkCommandBuffer, st->cmd, slot->cmd);
+    WKV_VK_SWAP(VkFence, st->fence, slot->fence);
+    WKV_VK_SWAP(VkDescriptorPool, st->desc_pool, slot->desc_pool);
+    WKV_VK_SWAP(uint32_t, st->desc_pool_sets, slot->desc_pool_sets);
+    WKV_VK_SWAP(vkw_buffer, st->params, slot->params);
+    WKV_VK_SWAP(int, st->pending, slot->pending);
+    WKV_VK_SWAP(int, st->replay_valid, slot->replay_valid);
+    WKV_VK_SWAP(vkw_replay_key, st->replay_key, slot->replay_key);
+}
+
+wkv_status vkw_drain(wkv_vk_state* st, wkv_message* msg) {
+    wkv_status first = WKV_OK;
+    /* oldest first: the slot after the active one in ring order, the active one last */
+    for (int i = 0; i < WKV_VK_SLOTS; ++i) {
+        vkw_slot* slot = i < WKV_VK_SLOTS - 1 ? &st->ring[(st->ring_next + i) % (WKV_VK_SLOTS - 1)] : NULL;
+        int* pending = slot ? &slot->pending : &st->pending;
+        if (!*pending) continue;
+        *pending = 0;
+        wkv_status s = wait_fence(st, slot ? slot->fence : st->fence, first ? NULL : msg);
+        if (s && !first) first = s;
+    }
+    if (first) return first;
+    return wkv_vk_check_validation(st, msg);
+}
+
+/* Keeps a failure of pending work for the next call (where none can be returned). */
+static void drain_deferred(wkv_vk_state* st) {
+    wkv_message m;
+    m.text[0] = '\0';
+    wkv_status s = vkw_drain(st, &m);
+    if (s && !st->deferred) {
+        st->deferred = s;
+        snprintf(st->deferred_text, sizeof st->deferred_text, "%s", m.text);
+    }
+}
+
+wkv_status vkw_call_begin(wkv_vk_state* st, int async, wkv_message* msg) {
+    st->call_async = 0;
+    if (st->deferred) {
+        wkv_status s = st->deferred;
+        st->deferred = WKV_OK;
+        return wkv_vk_fail(msg, s, "earlier enqueued work failed: %s", st->deferred_text);
+    }
+    if (!async || !st->async || st->recording) return vkw_drain(st, msg);
+    st->call_async = 1;
+    if (!st->pending) return WKV_OK;
+    vkw_slot* slot = &st->ring[st->ring_next];
+    st->ring_next = (st->ring_next + 1) % (WKV_VK_SLOTS - 1);
+    swap_slot(st, slot);
+    VkResult r;
+    if (!st->cmd) { /* first use of this slot */
+        VkCommandBufferAllocateInfo cai;
+        memset(&cai, 0, sizeof cai);
+        cai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+        cai.commandPool = st->cmd_pool;
+        cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        cai.commandBufferCount = 1;
+        if ((r = st->fn.vkAllocateCommandBuffers(st->device, &cai, &st->cmd)) != VK_SUCCESS) {
+            st->cmd = VK_NULL_HANDLE;
+            swap_slot(st, slot); /* back to the pending one: a later call retries */
+            st->call_async = 0;
+            wkv_status s = wkv_vk_result(msg, r, "vkAllocateCommandBuffers");
+            wkv_status s2 = vkw_drain(st, NULL);
+            return s2 ? s2 : s;
+        }
+    }
+    if (!st->fence) {
+        VkFenceCreateInfo fci;
+        memset(&fci, 0, sizeof fci);
+        fci.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+        if ((r = st->fn.vkCreateFence(st->device, &fci, NULL, &st->fence)) != VK_SUCCESS) {
+            st->fence = VK_NULL_HANDLE;
+            swap_slot(st, slot);
+            st->call_async = 0;
+            wkv_status s = wkv_vk_result(msg, r, "vkCreateFence");
+            wkv_status s2 = vkw_drain(st, NULL);
+            return s2 ? s2 : s;
+        }
+    }
+    if (st->pending) { /* every slot is in flight: wait for the oldest */
+        st->pending = 0;
+        wkv_status s = wait_fence(st, st->fence, msg);
+        if (s) {
+            st->call_async = 0;
+            return s;
+        }
+    }
+    return WKV_OK;
+}
+
+void vkw_ring_destroy(wkv_vk_state* st) {
+    for (int i = 0; i < WKV_VK_SLOTS - 1; ++i) {
+        vkw_slot* slot = &st->ring[i];
+        vkw_buffer_destroy(st, &slot->params);
+        if (slot->desc_pool) st->fn.vkDestroyDescriptorPool(st->device, slot->desc_pool, NULL);
+        if (slot->fence) st->fn.vkDestroyFence(st->device, slot->fence, NULL);
+        /* slot->cmd goes with the command pool */
+        memset(slot, 0, sizeof *slot);
+    }
 }
 
 /* --------------------------------------------------------------- wkv_buffer entry points */
@@ -194,6 +322,7 @@ void wkv_vk_buffer_destroy(void* state, void* buffer) {
     wkv_vk_state* st = (wkv_vk_state*)state;
     vkw_buffer* b = (vkw_buffer*)buffer;
     if (!b) return;
+    drain_deferred(st); /* enqueued calls may use it */
     if (b->imported) { /* the host's VkBuffer: forget it */
         ++st->buffer_epoch;
         free(b);
@@ -256,12 +385,6 @@ wkv_status wkv_vk_buffer_import(wkv_vk_state* st, uint64_t vk_buffer, uint64_t s
     return WKV_OK;
 }
 
-#define WKV_VK_SWAP(T, a, b) \
-    do {                     \
-        T t_ = (a);          \
-        (a) = (b);           \
-        (b) = t_;            \
-    } while (0)
 
 static void swap_record_objects(wkv_vk_state* st) {
     WKV_VK_SWAP(vkw_buffer, st->staging, st->rec_staging);
@@ -273,11 +396,13 @@ static void swap_record_objects(wkv_vk_state* st) {
 }
 
 wkv_status wkv_vk_record(wkv_vk_state* st, void* cmd, const wkv_problem* p, wkv_message* msg) {
+    /* The host's command buffer may run on another queue: our enqueued work first. */
+    wkv_status s = vkw_drain(st, msg);
+    if (s) return s;
     const VkCommandBuffer own = st->cmd;
     swap_record_objects(st);
     st->cmd = (VkCommandBuffer)cmd;
     st->recording = 1;
-    wkv_status s;
     if (p->backward)
         s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_backward(st, p, msg) : wkv_vk_rwkv7_backward(st, p, msg);
     else

@@ -170,6 +170,12 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
         st->params_direct = 0; /* no such memory type: the mirror, from now on */
         if (msg) msg->text[0] = '\0';
     }
+    /* The shared staging and mirror: an async call (no host tensor, but no direct parameter
+     * block on this device) runs synchronously, after every pending call. */
+    if (st->call_async) {
+        st->call_async = 0;
+        if ((s = vkw_drain(st, msg))) return s;
+    }
     layout_host(st, op);
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i)
         if (op->slot[i].host) op->slot[i].buffer = VK_NULL_HANDLE; /* set after reserve */

@@ -120,7 +120,7 @@ vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p) {
 /* What a recorded forward depends on besides the parameter block (rewritten in place every
  * call): the kernel variant, the dispatch, and every binding. */
 static void replay_key(const wkv_vk_state* st, int kernel, VkPipeline pipe, int64_t items, const op_plan* op,
-                       struct vkw_replay_key* k) {
+                       vkw_replay_key* k) {
     memset(k, 0, sizeof *k);
     k->kernel = kernel;
     k->pipeline = pipe;
@@ -152,7 +152,7 @@ wkv_status wkv_vk_rwkv7_forward(wkv_vk_state* st, const wkv_problem* p, wkv_mess
     /* A decode loop on buffers: the same bindings as the last forward, so its command buffer
      * runs again as recorded (the parameter block was just rewritten in place). Only when
      * nothing is staged (op.total == 0) and not while recording into the host's buffer. */
-    struct vkw_replay_key key;
+    vkw_replay_key key;
     const int replayable = !st->recording && op.total == 0;
     if (replayable) {
         replay_key(st, kernel, pipe, items, &op, &key);

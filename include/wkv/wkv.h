@@ -283,7 +283,21 @@ typedef struct wkv_context_options {
     wkv_log_fn log;               /* optional; the library is silent without it */
     void* log_user_data;
     wkv_log_level log_level;      /* the most verbose level passed to `log`; default WARN */
+    /* WKV_CONTEXT_* bits; 0 = defaults. Appended: a struct_size without it means 0. (64 bits so
+     * that it starts past the end of the older struct instead of in its tail padding, which an
+     * older caller may have left uninitialised.) Unknown bits: WKV_ERROR_INVALID_ARGUMENT. */
+    uint64_t flags;
 } wkv_context_options;
+
+/* wkv_context_options.flags */
+enum {
+    /* Vulkan: a call whose tensors (and workspace) are all wkv_buffers returns once its work is
+     * submitted instead of when it has finished, so that consecutive calls (a decode loop) queue
+     * back to back on the GPU; its outputs are complete after wkv_context_synchronize. See WHEN
+     * OUTPUTS ARE READY below. CUDA calls on device memory are asynchronous anyway (the bit is
+     * accepted and changes nothing); the CPU backend ignores it. */
+    WKV_CONTEXT_ASYNC = 1u << 0
+};
 
 typedef struct wkv_context wkv_context;
 
@@ -298,10 +312,11 @@ WKV_API wkv_backend wkv_context_backend(const wkv_context* ctx);
  * next call on the same context / thread. */
 WKV_API const char* wkv_last_error(const wkv_context* ctx);
 /* Waits until all work ctx has enqueued has finished (see the memory model below: on CUDA,
- * calls whose tensors are all on the device return before their kernels finish). Then every
- * output of every earlier call on ctx is complete. Cheap when there is nothing to wait for;
- * on the CPU and Vulkan backends every call is complete when it returns, and this is a no-op.
- * WKV_ERROR_DEVICE_LOST when enqueued work failed on the device. */
+ * and on Vulkan with WKV_CONTEXT_ASYNC, calls whose tensors are all on the device return before
+ * their work finishes). Then every output of every earlier call on ctx is complete. Cheap when
+ * there is nothing to wait for; on the CPU backend, and on Vulkan without WKV_CONTEXT_ASYNC,
+ * every call is complete when it returns, and this is a no-op. WKV_ERROR_DEVICE_LOST when
+ * enqueued work failed on the device. */
 WKV_API wkv_status wkv_context_synchronize(wkv_context* ctx);
 /* WKV_OK while ctx can run calls; WKV_ERROR_DEVICE_LOST once a call on it has returned
  * WKV_ERROR_DEVICE_LOST (the GPU failed or was reset): from then on every call on ctx returns
@@ -468,12 +483,20 @@ WKV_API wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_d
  * backend wkv_buffer_create returns WKV_ERROR_UNSUPPORTED. So a tool can keep its data on the
  * device the same way on either GPU backend: wkv_buffer_create + wkv_tensor_make_buffer.
  *
- * WHEN OUTPUTS ARE READY. On the CPU and Vulkan backends, and on CUDA for every call with a
- * host tensor (or a host workspace), a call's outputs are complete when it returns. A CUDA call
- * whose tensors are all device pointers or buffers only enqueues its kernels on the context's
- * stream (wkv_cuda.h) and returns: its outputs are ready once the stream gets there —
- * wkv_context_synchronize waits for that; wkv_buffer_upload/download are ordered after the
- * work enqueued before them and synchronous.
+ * WHEN OUTPUTS ARE READY. On the CPU backend, on Vulkan without WKV_CONTEXT_ASYNC, and on
+ * every GPU backend for every call with a host tensor (or a host workspace), a call's outputs
+ * are complete when it returns. A CUDA call whose tensors are all device pointers or buffers
+ * only enqueues its kernels on the context's stream (wkv_cuda.h) and returns, and so does a
+ * Vulkan call on a context created with WKV_CONTEXT_ASYNC whose tensors and workspace are all
+ * wkv_buffers (or buffers of the host's, wkv_vulkan.h): its outputs are ready once the GPU
+ * gets there. Enqueued calls run in call order, each after the previous one's writes (a state
+ * buffer stepped in place stays correct). wkv_context_synchronize waits for all of them;
+ * wkv_buffer_upload/download, wkv_buffer_create and every synchronous call are ordered after
+ * the work enqueued before them and complete when they return; wkv_buffer_destroy and
+ * wkv_context_destroy wait for enqueued work first. A failure of enqueued work (the device was
+ * lost) is returned by wkv_context_synchronize or by the next call on the context. The caller
+ * must keep the host memory of a call's descriptor only for the call itself, as always: what an
+ * enqueued call needs is copied.
  *
  * The backward workspace on such a context may be a wkv_buffer* (its first workspace_size
  * bytes are used) or host memory (on CUDA also a device pointer); with host memory the library
@@ -497,7 +520,7 @@ typedef struct wkv_buffer wkv_buffer;
 /* A zero-filled device buffer of `bytes` (> 0) bytes on ctx's device (Vulkan, CUDA). Destroy
  * with wkv_buffer_destroy. WKV_ERROR_UNSUPPORTED on backends without device buffers (CPU). */
 WKV_API wkv_status wkv_buffer_create(wkv_context* ctx, uint64_t bytes, wkv_buffer** out);
-/* Accepts NULL. The buffer must not be in use by a running call. */
+/* Accepts NULL. Waits for enqueued work of its context first (WKV_CONTEXT_ASYNC, CUDA). */
 WKV_API void wkv_buffer_destroy(wkv_buffer* buf);
 /* Copies `bytes` host bytes into / out of buf at byte `offset` (synchronously: done when the
  * call returns). [offset, offset + bytes) must lie inside the buffer. */

@@ -59,7 +59,7 @@ static void perf_usage(FILE* f) {
             "                      [--device I] [--B B] [--T T] [--H H] [--N N]\n"
             "                      [--dtype f32|f16|bf16] [--threads K] [--decay FORM]\n"
             "                      [--pass forward|backward|both] [--repeat R] [--warmup W]\n"
-            "                      [--no-state] [--reuse] [--seed S] [--json]\n"
+            "                      [--no-state] [--reuse] [--async] [--seed S] [--json]\n"
             "\n"
             "Times wkv_forward and/or wkv_backward on random inputs that look like a model's,\n"
             "W warm-up calls, then R timed samples (wall clock, CLOCK_MONOTONIC). On the CPU a\n"
@@ -92,6 +92,9 @@ static void perf_usage(FILE* f) {
             "                 on a GPU backend a warm-up (W > 0) also lasts at least 1 s of calls, so\n"
             "                 that a GPU idle while the inputs were drawn is back at its clocks\n"
             "  --no-state     no state_in / state_out (start from zero, drop the final state)\n"
+            "  --async        a context with WKV_CONTEXT_ASYNC (Vulkan: a call on buffers returns\n"
+            "                 once submitted; the batch's calls queue back to back and the\n"
+            "                 sample's wkv_context_synchronize waits for them; CUDA, CPU: no change)\n"
             "  --reuse        training with checkpoints saved by the forward: times, interleaved\n"
             "                 in each sample (so that a busy machine slows all alike), the\n"
             "                 forward, the backward, the forward saving its checkpoints into the\n"
@@ -142,6 +145,7 @@ typedef struct perf_cfg {
     int decay_set; /* --decay given */
     int fwd, bwd, repeat, warmup, json, state;
     int reuse; /* --reuse */
+    int async; /* --async: WKV_CONTEXT_ASYNC */
     uint64_t seed;
 } perf_cfg;
 
@@ -252,10 +256,11 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
         bench_json_string(stdout, device);
         printf(",\"dtype\":\"%s\",\"B\":%lld,\"T\":%lld,\"H\":%lld,\"N\":%lld,\"threads\":%d,"
                "\"pass\":\"%s\",\"decay\":\"%s\",\"state\":%s,\"repeat\":%d,\"batch\":%d,\"median_ms\":%.6g,"
-               "\"min_ms\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,\"gbps\":%.6g",
+               "\"min_ms\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,\"gbps\":%.6g,\"async\":%s",
                wkvt_dtype_name(dt), (long long)s->B, (long long)s->T, (long long)s->H,
                (long long)s->N, threads, pass, wkvt_decay_form_name(perf_decay(c, op)),
-               c->state ? "true" : "false", n, batch, med * 1e3, mn * 1e3, tps, gflops, gbps);
+               c->state ? "true" : "false", n, batch, med * 1e3, mn * 1e3, tps, gflops, gbps,
+               c->async ? "true" : "false");
         if (peak > 0) printf(",\"peak_gflops\":%.6g,\"peak_frac\":%.4g", peak, gflops / peak);
         printf("}\n");
     } else {
@@ -267,9 +272,9 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
         else
             snprintf(shape, sizeof shape, "B=%lld T=%lld H=%lld N=%lld", (long long)s->B,
                      (long long)s->T, (long long)s->H, (long long)s->N);
-        printf("%s %-8s %s %-4s %s threads=%d: median %.3f ms (min %.3f)  %.4g tokens/s  "
+        printf("%s %-8s %s%s %-4s %s threads=%d: median %.3f ms (min %.3f)  %.4g tokens/s  "
                "%.3g GFLOP/s",
-               op->name, pass, backend, wkvt_dtype_name(dt), shape, threads, med * 1e3, mn * 1e3,
+               op->name, pass, backend, c->async ? " async" : "", wkvt_dtype_name(dt), shape, threads, med * 1e3, mn * 1e3,
                tps, gflops);
         if (peak > 0) printf(" (%.0f%% of peak)", 100.0 * gflops / peak);
         printf("  %.3g GB/s\n", gbps);
@@ -785,6 +790,8 @@ int bench_perf(int argc, char** argv) {
             c.state = 0;
         } else if (!strcmp(argv[i], "--reuse")) {
             c.reuse = 1;
+        } else if (!strcmp(argv[i], "--async")) {
+            c.async = 1;
         } else if (argv[i][0] == '-') {
             return bench_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else {
@@ -821,6 +828,7 @@ int bench_perf(int argc, char** argv) {
         co.backend = c.backend;
         co.device_index = c.device;
         co.cpu_threads = (int32_t)thr[k];
+        co.flags = c.async ? WKV_CONTEXT_ASYNC : 0;
         wkv_context* ctx = NULL;
         if (wkv_context_create(&co, &ctx) != WKV_OK) {
             fprintf(stderr, "wkv-bench perf: cannot create a context (backend %s): %s\n",
