@@ -542,3 +542,25 @@ TEST_CASE("failures are silent on stdout/stderr but reach the log callback") {
     CHECK(log.last.find("desc->k.dtype") != std::string::npos);
     CHECK(printed.empty());
 }
+
+TEST_CASE("context flags: WKV_CONTEXT_ASYNC accepted (the CPU ignores it), unknown bits refused, older size") {
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.backend = WKV_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.flags = WKV_CONTEXT_ASYNC;
+    wkv_context* ctx = nullptr;
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    CHECK(wkv_context_synchronize(ctx) == WKV_OK);
+    wkv_context_destroy(ctx);
+    ctx = nullptr;
+    o.flags = WKV_CONTEXT_ASYNC | (1ull << 40);
+    CHECK(wkv_context_create(&o, &ctx) == WKV_ERROR_INVALID_ARGUMENT);
+    CHECK(ctx == nullptr);
+    CHECK(std::string(wkv_last_error(nullptr)).find("options->flags") != std::string::npos);
+    // a caller built before `flags` existed: its struct ends where flags begins; the bytes
+    // past it (here a set bit) are never read
+    o.struct_size = offsetof(wkv_context_options, flags);
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    wkv_context_destroy(ctx);
+}

@@ -148,6 +148,9 @@ class wkv_context_options(Structure):
         ("log", wkv_log_fn),
         ("log_user_data", c_void_p),
         ("log_level", c_enum),
+        # WKV_CONTEXT_* bits. The package sets none: WKV_CONTEXT_ASYNC changes only Vulkan calls
+        # whose tensors are all wkv_buffers, and the package passes host / DLPack tensors.
+        ("flags", c_uint64),
     ]
 
 
