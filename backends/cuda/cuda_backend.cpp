@@ -869,15 +869,6 @@ wkv_status plan_backward(const CudaState* st, const wkv_problem* p, int hidx, si
     return WKV_OK;
 }
 
-/* Whether a [B, T, H, N] view can be read four elements along N at a time from any multiple
- * of four (RWKV-6 column scan's vector staging): unit stride along N, the other strides and the
- * data address multiples of four elements. */
-bool vec4_rows(const DevView& v) {
-    const uintptr_t es = v.elem == 0 ? 4u : 2u;
-    return v.data && v.s[3] == 1 && v.s[0] % 4 == 0 && v.s[1] % 4 == 0 && v.s[2] % 4 == 0 &&
-           reinterpret_cast<uintptr_t>(v.data) % (4u * es) == 0;
-}
-
 /* Enqueues the RWKV-6 or RWKV-4 backward (and its reduction) on the placed views with the
  * device workspace ws; the cudaError_t as int. */
 int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, char* ws) {
@@ -912,7 +903,6 @@ int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, ch
         prm.H = (int32_t)p->H;
         prm.form = (int32_t)p->decay_form;
         prm.reuse = p->reuse_checkpoints ? 1 : 0;
-        prm.vec = vec4_rows(prm.v) && vec4_rows(prm.dy) ? 1 : 0;
         for (int64_t first = 0; first < p->num_seqs; first += per) {
             const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
             fill_seq(p, first, count, &prm.seq);

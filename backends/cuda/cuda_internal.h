@@ -117,8 +117,7 @@ struct Rwkv6BwdParams {
     int32_t form;
     int32_t reuse; /* 1: ckpt holds a forward's checkpoints (wkv_problem.reuse_checkpoints):
                       skip the column scan's checkpoint pass */
-    int32_t vec;   /* 1: v and dy have unit row stride, other strides and data 4-element
-                      aligned: the column scan loads them four elements at a time */
+    int32_t pad_;
     int64_t seg0[kMaxSeqsPerLaunch + 1]; /* packed: as Rwkv7BwdParams::seg0 */
     SeqInfo seq;
 };

@@ -291,25 +291,8 @@ __global__ void __launch_bounds__(row_threads(N), 1) rwkv6_bwd_rows_kernel(const
                       nullptr, 0);
 }
 
-/* Four consecutive elements (offset off, a multiple of 4, of a view whose data is aligned to
- * four elements): one 16- or 8-byte load instead of four generic ones. The dtype branch is
- * uniform (one view) and sits outside the token loops. */
-__device__ __forceinline__ void load4(const DevView& v, int64_t off, float* o) {
-    if (v.elem == 0) {
-        const float4 a = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(v.data) + off);
-        o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
-    } else {
-        const uint2 a = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(v.data) + off);
-        const unsigned h[4] = {a.x & 0xffffu, a.x >> 16, a.y & 0xffffu, a.y >> 16};
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-            o[c] = v.elem == 2 ? __uint_as_float(h[c] << 16) : __half2float(__ushort_as_half((unsigned short)h[c]));
-    }
-}
-
-/* The column scan (see the top). VEC (N >= 64, v and dy with unit row stride, aligned: see
- * cuda_backend.cpp): v and dy staged by four-element loads; otherwise element by element. */
-template <int N, bool VEC>
+/* The column scan (see the top). */
+template <int N>
 __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rwkv6BwdParams p) {
     constexpr int K = kRwkv6SegK;
     constexpr int RG = N / kRS;             /* threads per column */
@@ -345,27 +328,14 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
     /* staging (element e: v / dy slot xv + (128 / N) e, row rv; r / k / w slot xc + XC e,
      * column cc; slots past K (N = 128) are loaded clamped and dropped) */
     const int xv = tid / N, rv = tid % N, xc = tid / CB, cc = tid % CB;
-    /* VEC: vector e of a thread is token slot xq + XQ e, rows 4 rq .. 4 rq + 3 (fv[4 e + c]) */
-    constexpr int NV = N / 4, XQ = kColThreads / NV;
-    static_assert(!VEC || (N >= 64 && PV % 4 == 0 && XQ * (PV / 4) == K), "vector staging");
-    const int xq = tid / NV, rq = tid % NV;
     float fv[PV], fdy[PV], fr[PC], fk[PC], fw[PC];
     auto fetch = [&](int64_t g, bool bw) {
         const int64_t tb = sq.t0 + g * K;
-        if constexpr (VEC) {
 #pragma unroll
-            for (int e = 0; e < PV / 4; ++e) {
-                const int64_t t = tb + min64(xq + XQ * e, len - 1 - g * K);
-                load4(p.v, tok(p.v, sq.batch, t, h, 4 * rq), &fv[4 * e]);
-                if (bw) load4(p.dy, tok(p.dy, sq.batch, t, h, 4 * rq), &fdy[4 * e]);
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < PV; ++e) {
-                const int64_t t = tb + min64(xv + (kColThreads / N) * e, len - 1 - g * K);
-                fv[e] = load(p.v, tok(p.v, sq.batch, t, h, rv));
-                if (bw) fdy[e] = load(p.dy, tok(p.dy, sq.batch, t, h, rv));
-            }
+        for (int e = 0; e < PV; ++e) {
+            const int64_t t = tb + min64(xv + (kColThreads / N) * e, len - 1 - g * K);
+            fv[e] = load(p.v, tok(p.v, sq.batch, t, h, rv));
+            if (bw) fdy[e] = load(p.dy, tok(p.dy, sq.batch, t, h, rv));
         }
 #pragma unroll
         for (int e = 0; e < PC; ++e) {
@@ -377,21 +347,10 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
         }
     };
     auto put = [&](bool bw) {
-        if constexpr (VEC) {
 #pragma unroll
-            for (int e = 0; e < PV / 4; ++e) {
-                const int x = xq + XQ * e;
-                *reinterpret_cast<float4*>(&sV[x][4 * rq]) = make_float4(fv[4 * e], fv[4 * e + 1], fv[4 * e + 2], fv[4 * e + 3]);
-                if (bw)
-                    *reinterpret_cast<float4*>(&sDY[x][4 * rq]) =
-                        make_float4(fdy[4 * e], fdy[4 * e + 1], fdy[4 * e + 2], fdy[4 * e + 3]);
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < PV; ++e) {
-                sV[xv + (kColThreads / N) * e][rv] = fv[e];
-                if (bw) sDY[xv + (kColThreads / N) * e][rv] = fdy[e];
-            }
+        for (int e = 0; e < PV; ++e) {
+            sV[xv + (kColThreads / N) * e][rv] = fv[e];
+            if (bw) sDY[xv + (kColThreads / N) * e][rv] = fdy[e];
         }
 #pragma unroll
         for (int e = 0; e < PC; ++e) {
@@ -564,13 +523,7 @@ int launch_fwd(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
 template <int N>
 int launch_bwd(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
     /* columns first: the row scan overwrites dstate_in, which may alias dstate_out */
-    const unsigned cb = (unsigned)(blocks * (N * N / 1024));
-    if constexpr (N >= 64) {
-        if (p.vec) rwkv6_bwd_cols_kernel<N, true><<<cb, kColThreads, 0, s>>>(p);
-        else rwkv6_bwd_cols_kernel<N, false><<<cb, kColThreads, 0, s>>>(p);
-    } else {
-        rwkv6_bwd_cols_kernel<N, false><<<cb, kColThreads, 0, s>>>(p);
-    }
+    rwkv6_bwd_cols_kernel<N><<<(unsigned)(blocks * (N * N / 1024)), kColThreads, 0, s>>>(p);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
     rwkv6_bwd_rows_kernel<N><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
