@@ -721,7 +721,9 @@ int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
 int32_t cuda_saves_checkpoints(void* state, const wkv_problem* p) {
     const CudaState* st = static_cast<const CudaState*>(state);
     if (st->lost || p->backward) return 0;
-    if (p->op == WKV_OP_RWKV6) return device_workspace(p) != nullptr ? 1 : 0;
+    /* RWKV-6 saves at N <= 64 only: at N = 128 the saving row scan ran 2.2x slower than the
+     * plain one (H100), which ate the backward's gain (training step 0.99x; NOTES, RWKV-6 v6) */
+    if (p->op == WKV_OP_RWKV6) return p->N <= 64 && device_workspace(p) != nullptr ? 1 : 0;
     if (p->op != WKV_OP_RWKV7) return 0;
     const int hidx = head_index(p->N);
     if (hidx < 0 || st->K1[hidx] == 0 || !rwkv7_forward_saves((int)p->N, st->K1[hidx])) return 0;

@@ -33,7 +33,7 @@
  * the same address that a forward saved into, whose descriptor matches the one the forward ran
  * with (op, decay form, flags, dtypes, shapes, strides, packing, state_in present or not);
  * otherwise it fails with WKV_ERROR_INVALID_ARGUMENT naming `workspace`. Where a backend does
- * not save checkpoints (today the CPU backend does; CUDA for RWKV-6/5 at every N and RWKV-7 at
+ * not save checkpoints (today the CPU backend does; CUDA for RWKV-6/5 and RWKV-7 at
  * N = 32 and 64, with the workspace in device memory), the forward ignores its workspace and
  * such a backward recomputes them as without the flag: the flag never changes a result.
  *
