@@ -97,18 +97,26 @@ typedef struct vkw_replay_key {
  * names (cmd, fence, desc_pool, params, replay_*) are the active slot, and `ring` holds the
  * others. An async call whose active slot is pending swaps in the ring's oldest slot (waiting
  * for its fence if it is pending too), so up to WKV_VK_SLOTS calls are in flight. Each slot
- * keeps its own recorded command buffer for replay. A synchronous call or transfer first waits
+ * keeps its own recorded command buffer for replay.
+ *   A submission costs the GPU ~14 us on NVIDIA's driver whatever it holds (NOTES.md, async
+ * calls), so an async call is submitted at once only when the GPU has run dry (the newest
+ * submission's fence has signalled); otherwise it is queued, and the queued calls go in one
+ * vkQueueSubmit (in call order, one fence: the newest's, which the others wait on) as soon as a
+ * later call finds the GPU dry, or a slot must be reused, or anything waits (vkw_drain). While
+ * the GPU is busy, calls thus gather into batches on their own. A synchronous call or transfer first waits
  * for every pending slot (vkw_drain), so that the shared staging, mirror and scratch buffers
  * are free; dependencies between calls are the full barrier each command buffer begins with,
  * whose first scope covers every earlier submission on the queue. */
 enum { WKV_VK_SLOTS = 8 };
+enum { WKV_VK_QUEUED = 1, WKV_VK_SUBMITTED = 2 };
 typedef struct vkw_slot {
     VkCommandBuffer cmd;
     VkFence fence;
     VkDescriptorPool desc_pool;
     uint32_t desc_pool_sets;
     vkw_buffer params;
-    int pending;
+    int pending;      /* WKV_VK_QUEUED or WKV_VK_SUBMITTED, 0: free */
+    VkFence wait;     /* submitted: the fence of its submission (its own, or a later slot's) */
     int replay_valid;
     vkw_replay_key replay_key;
 } vkw_slot;
@@ -152,7 +160,9 @@ typedef struct wkv_vk_state {
      * call runs so; a failure of pending work found where it could not be returned
      * (wkv_buffer_destroy), returned by the next call or synchronize. */
     int pending;
+    VkFence wait;
     vkw_slot ring[WKV_VK_SLOTS - 1];
+    VkFence newest; /* the newest submission's fence (VK_NULL_HANDLE once it was waited for) */
     int ring_next;
     int async, call_async;
     wkv_status deferred;

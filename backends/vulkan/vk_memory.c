@@ -161,6 +161,8 @@ static wkv_status wait_fence(wkv_vk_state* st, VkFence fence, wkv_message* msg) 
     return WKV_OK;
 }
 
+static wkv_status enqueue(wkv_vk_state* st, wkv_message* msg);
+
 wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg) {
     VkResult r;
     VkSubmitInfo si;
@@ -168,14 +170,11 @@ wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg) {
     si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
     si.commandBufferCount = 1;
     si.pCommandBuffers = &st->cmd;
+    if (st->call_async) return enqueue(st, msg); /* submitted now or with later calls */
     if (wkv_fault_hit(&st->fault, WKV_FAULT_DEVICE_LOST, "submit"))
         return wkv_vk_result(msg, VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected fault: WKV_FAULT=device_lost)");
     if ((r = st->fn.vkQueueSubmit(st->queue, 1, &si, st->fence)) != VK_SUCCESS)
         return wkv_vk_result(msg, r, "vkQueueSubmit");
-    if (st->call_async) { /* the slot stays pending until a later call or synchronize waits */
-        st->pending = 1;
-        return wkv_vk_check_validation(st, msg);
-    }
     wkv_status s = wait_fence(st, st->fence, msg);
     if (s) return s;
     return wkv_vk_check_validation(st, msg);
@@ -198,19 +197,100 @@ static void swap_slot(wkv_vk_state* st, vkw_slot* slot) {
     WKV_VK_SWAP(uint32_t, st->desc_pool_sets, slot->desc_pool_sets);
     WKV_VK_SWAP(vkw_buffer, st->params, slot->params);
     WKV_VK_SWAP(int, st->pending, slot->pending);
+    WKV_VK_SWAP(VkFence, st->wait, slot->wait);
     WKV_VK_SWAP(int, st->replay_valid, slot->replay_valid);
     WKV_VK_SWAP(vkw_replay_key, st->replay_key, slot->replay_key);
 }
 
-wkv_status vkw_drain(wkv_vk_state* st, wkv_message* msg) {
-    wkv_status first = WKV_OK;
-    /* oldest first: the slot after the active one in ring order, the active one last */
+/* The slots in call order: the ring from ring_next on (oldest first), then the active one. */
+static void slots_in_order(wkv_vk_state* st, int** pending, VkFence** own, VkFence** wait,
+                           VkCommandBuffer** cmd) {
     for (int i = 0; i < WKV_VK_SLOTS; ++i) {
         vkw_slot* slot = i < WKV_VK_SLOTS - 1 ? &st->ring[(st->ring_next + i) % (WKV_VK_SLOTS - 1)] : NULL;
-        int* pending = slot ? &slot->pending : &st->pending;
-        if (!*pending) continue;
-        *pending = 0;
-        wkv_status s = wait_fence(st, slot ? slot->fence : st->fence, first ? NULL : msg);
+        pending[i] = slot ? &slot->pending : &st->pending;
+        own[i] = slot ? &slot->fence : &st->fence;
+        wait[i] = slot ? &slot->wait : &st->wait;
+        cmd[i] = slot ? &slot->cmd : &st->cmd;
+    }
+}
+
+/* Submits every queued slot in one vkQueueSubmit, in call order, with the newest's fence. */
+static wkv_status flush(wkv_vk_state* st, wkv_message* msg) {
+    int* pending[WKV_VK_SLOTS];
+    VkFence *own[WKV_VK_SLOTS], *wait[WKV_VK_SLOTS];
+    VkCommandBuffer* cmd[WKV_VK_SLOTS];
+    slots_in_order(st, pending, own, wait, cmd);
+    VkCommandBuffer list[WKV_VK_SLOTS];
+    uint32_t n = 0;
+    int newest = -1;
+    for (int i = 0; i < WKV_VK_SLOTS; ++i)
+        if (*pending[i] == WKV_VK_QUEUED) {
+            list[n++] = *cmd[i];
+            newest = i;
+        }
+    if (!n) return WKV_OK;
+    const VkFence fence = *own[newest];
+    for (int i = 0; i < WKV_VK_SLOTS; ++i)
+        if (*pending[i] == WKV_VK_QUEUED) {
+            *pending[i] = WKV_VK_SUBMITTED;
+            *wait[i] = fence;
+        }
+    VkSubmitInfo si;
+    memset(&si, 0, sizeof si);
+    si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+    si.commandBufferCount = n;
+    si.pCommandBuffers = list;
+    VkResult r = VK_ERROR_DEVICE_LOST;
+    if (!wkv_fault_hit(&st->fault, WKV_FAULT_DEVICE_LOST, "submit"))
+        r = st->fn.vkQueueSubmit(st->queue, 1, &si, fence);
+    if (r != VK_SUCCESS) { /* nothing was submitted: nothing to wait for */
+        for (int i = 0; i < WKV_VK_SLOTS; ++i)
+            if (*pending[i] == WKV_VK_SUBMITTED && *wait[i] == fence) *pending[i] = 0;
+        return wkv_vk_result(msg, r, "vkQueueSubmit");
+    }
+    st->newest = fence;
+    return WKV_OK;
+}
+
+/* An async call's command buffer (the active slot): submitted at once when the GPU has run
+ * dry, else queued for the next submission (ASYNC CALLS in vk_internal.h). */
+static wkv_status enqueue(wkv_vk_state* st, wkv_message* msg) {
+    st->pending = WKV_VK_QUEUED;
+    if (st->newest && st->fn.vkGetFenceStatus(st->device, st->newest) == VK_NOT_READY)
+        return wkv_vk_check_validation(st, msg);
+    wkv_status s = flush(st, msg);
+    if (s) return s;
+    return wkv_vk_check_validation(st, msg);
+}
+
+/* Waits until slot i (slots_in_order) is done: submits it first if it is queued; resets its
+ * fence only when the submission was its own (the newest of its batch, reused last). */
+static wkv_status wait_slot(wkv_vk_state* st, int* pending, VkFence own, VkFence wait, wkv_message* msg) {
+    *pending = 0;
+    if (wait != own) { /* an older call of a batch: the batch's fence, reset by its owner */
+        VkResult r = VK_NOT_READY;
+        if (st->spin_wait)
+            while ((r = st->fn.vkGetFenceStatus(st->device, wait)) == VK_NOT_READY) {
+            }
+        if (r == VK_NOT_READY) r = st->fn.vkWaitForFences(st->device, 1, &wait, VK_TRUE, UINT64_MAX);
+        return r == VK_SUCCESS ? WKV_OK : wkv_vk_result(msg, r, "vkWaitForFences");
+    }
+    if (st->newest == own) st->newest = VK_NULL_HANDLE;
+    return wait_fence(st, own, msg);
+}
+
+wkv_status vkw_drain(wkv_vk_state* st, wkv_message* msg) {
+    wkv_status first = flush(st, msg);
+    int* pending[WKV_VK_SLOTS];
+    VkFence *own[WKV_VK_SLOTS], *wait[WKV_VK_SLOTS];
+    VkCommandBuffer* cmd[WKV_VK_SLOTS];
+    slots_in_order(st, pending, own, wait, cmd);
+    for (int i = 0; i < WKV_VK_SLOTS; ++i) { /* oldest first: a batch's owner comes last */
+        if (*pending[i] != WKV_VK_SUBMITTED) {
+            *pending[i] = 0;
+            continue;
+        }
+        wkv_status s = wait_slot(st, pending[i], *own[i], *wait[i], first ? NULL : msg);
         if (s && !first) first = s;
     }
     if (first) return first;
@@ -272,8 +352,8 @@ wkv_status vkw_call_begin(wkv_vk_state* st, int async, wkv_message* msg) {
         }
     }
     if (st->pending) { /* every slot is in flight: wait for the oldest */
-        st->pending = 0;
-        wkv_status s = wait_fence(st, st->fence, msg);
+        wkv_status s = st->pending == WKV_VK_QUEUED ? flush(st, msg) : WKV_OK;
+        if (!s) s = wait_slot(st, &st->pending, st->fence, st->wait, msg);
         if (s) {
             st->call_async = 0;
             return s;

@@ -494,7 +494,10 @@ WKV_API wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_d
  * wkv_buffer_upload/download, wkv_buffer_create and every synchronous call are ordered after
  * the work enqueued before them and complete when they return; wkv_buffer_destroy and
  * wkv_context_destroy wait for enqueued work first. A failure of enqueued work (the device was
- * lost) is returned by wkv_context_synchronize or by the next call on the context. The caller
+ * lost) is returned by wkv_context_synchronize or by the next call on the context. On Vulkan an
+ * enqueued call is handed to the GPU at once when it is idle, otherwise it may wait for the next
+ * call on the context (of any kind) or wkv_context_synchronize, so that calls made while the GPU
+ * is busy go in one submission: don't expect it to make progress on its own. The caller
  * must keep the host memory of a call's descriptor only for the call itself, as always: what an
  * enqueued call needs is copied.
  *
