@@ -497,9 +497,9 @@ WKV_API wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_d
  * lost) is returned by wkv_context_synchronize or by the next call on the context. On Vulkan an
  * enqueued call is handed to the GPU at once when it is idle, otherwise it may wait for the next
  * call on the context (of any kind) or wkv_context_synchronize, so that calls made while the GPU
- * is busy go in one submission: don't expect it to make progress on its own. The caller
- * must keep the host memory of a call's descriptor only for the call itself, as always: what an
- * enqueued call needs is copied.
+ * is busy go in one submission: don't expect it to make progress on its own. As always,
+ * the descriptor and the host arrays it points at (strides, seq_offsets) are read during the
+ * call only: what an enqueued call needs later is copied.
  *
  * The backward workspace on such a context may be a wkv_buffer* (its first workspace_size
  * bytes are used) or host memory (on CUDA also a device pointer); with host memory the library
