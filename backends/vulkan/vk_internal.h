@@ -233,6 +233,8 @@ wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg);
 /* Submits the command buffer as it was last ended, and waits for it. */
 wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg);
 wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg);
+/* The same; host_reads = 0: the host reads nothing the command buffer wrote (no HOST barrier). */
+wkv_status vkw_submit_wait_reads(wkv_vk_state* st, int host_reads, wkv_message* msg);
 /* (vkw_submit_wait and vkw_resubmit_wait only submit when st->call_async: the slot is pending.) */
 /* Starts a backend call: async (the context is async and the call's memory is all buffers):
  * makes a free slot active; otherwise waits for every pending slot. Returns a deferred error. */

@@ -133,11 +133,16 @@ wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg) {
     return WKV_OK;
 }
 
-wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg) {
+wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg) { return vkw_submit_wait_reads(st, 1, msg); }
+
+wkv_status vkw_submit_wait_reads(wkv_vk_state* st, int host_reads, wkv_message* msg) {
     if (st->recording) return WKV_OK; /* the host submits */
-    /* Everything written is visible to the host once the fence has signalled. */
-    vkw_barrier(st, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-                VK_ACCESS_HOST_READ_BIT);
+    /* Everything written is visible to the host once the fence has signalled. Not needed when
+     * the host reads nothing this command buffer wrote: wkv_buffers are read only through a
+     * download, whose command buffer begins with a full barrier of its own. */
+    if (host_reads)
+        vkw_barrier(st, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                    VK_ACCESS_HOST_READ_BIT);
     VkResult r = st->fn.vkEndCommandBuffer(st->cmd);
     if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkEndCommandBuffer");
     return vkw_resubmit_wait(st, msg);

@@ -261,7 +261,7 @@ wkv_status wkv_vk_finish_and_download(wkv_vk_state* st, const op_plan* op, wkv_m
                     VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
         st->fn.vkCmdCopyBuffer(st->cmd, st->mirror.buffer, st->staging.buffer, n, c);
     }
-    wkv_status s = vkw_submit_wait(st, msg);
+    wkv_status s = vkw_submit_wait_reads(st, n != 0, msg);
     if (s) return s;
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
         const slot_plan* sp = &op->slot[i];
