@@ -190,6 +190,8 @@ if [ -d "$root/.vk" ]; then
     vb --B 1,8 --T 4096 --pass forward
     vb --B 8 --T 512
     vb --B 1,64,256 --T 1 --pass forward
+    # the same decode steps on an asynchronous context (WKV_CONTEXT_ASYNC): per step = loop / steps
+    vb --B 1,64,256 --T 1 --pass forward --async
     vb --B 8 --T 4096 --pass backward --repeat 3
     vb --op rwkv6 --B 8 --T 4096
     # where the forward's per-token cost jumps with the tensors' footprint (backends/vulkan/
