@@ -389,6 +389,9 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
     f.seq_offsets = seq_offsets;
     f.num_seqs = num_seqs;
 
+    // the mirrors' cudaMemcpy may still be in flight on the legacy stream, which the context's
+    // non-blocking stream does not wait for (wkv_cuda.h)
+    if (on_cuda) CU(cudaDeviceSynchronize());
     wkv_status st = wkv_forward(ctx, &f);
     {
         INFO("wkv_forward: " << wkv_last_error(ctx));
@@ -453,6 +456,7 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
         bd.workspace = host_ws.data();
     }
     bd.workspace_size = ws;
+    if (on_cuda) CU(cudaDeviceSynchronize());  // the poison memset and uploads, as before the forward
     st = wkv_backward(ctx, &bd);
     {
         INFO("wkv_backward: " << wkv_last_error(ctx));
@@ -1205,6 +1209,7 @@ TEST_CASE("cuda: buffers: zero-filled, upload/download, and the core's checks of
     void* dptr = nullptr;
     CU(cudaMalloc(&dptr, E * 4));
     CU(cudaMemset(dptr, 0, E * 4));
+    CU(cudaDeviceSynchronize());  // the memset is on the legacy stream (wkv_cuda.h)
     f.r = wkv_tensor_make(dptr, WKV_DTYPE_F32, 4, shape);
     f.r.device.type = WKV_DEVICE_CUDA;
     CHECK(wkv_forward(ctx, &f) == WKV_OK);

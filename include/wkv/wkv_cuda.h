@@ -16,6 +16,10 @@ extern "C" {
  * for it) — except calls with a host tensor or a host workspace, which copy through the stream
  * and synchronise it before they return (wkv.h's memory model). NULL means the legacy default
  * stream. The stream must belong to the context's device and outlive its use by ctx.
+ * Work on other streams is not ordered with it — the legacy default stream included, which a
+ * non-blocking stream does not wait for: device memory you fill with cudaMemcpy / cudaMemset
+ * (both may still be running when they return) must be complete, or filled on this stream,
+ * before a call reads it.
  * Returns WKV_ERROR_INVALID_ARGUMENT when ctx is not on the CUDA backend. */
 WKV_API wkv_status wkv_cuda_set_stream(wkv_context* ctx, cudaStream_t stream);
 /* The stream ctx enqueues on (as created: a non-blocking stream of the library's own). */

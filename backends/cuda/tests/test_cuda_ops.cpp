@@ -277,6 +277,7 @@ Out run(wkv_backend backend, bool dev, const Cfg& c, const Data& d, const std::v
     std::vector<std::vector<unsigned char>> before;
     for (const HostTensor& t : in) before.push_back(t.buf);
 
+    if (dev) REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the mirrors' copies (see below)
     wkv_status st = wkv_forward(ctx, &f);
     {
         INFO("wkv_forward: " << wkv_last_error(ctx));
@@ -351,6 +352,9 @@ Out run(wkv_backend backend, bool dev, const Cfg& c, const Data& d, const std::v
         bd.workspace = host_ws.data();
     }
     bd.workspace_size = ws;
+    // the memset and the mirrors' copies run on the legacy stream, which the context's
+    // non-blocking stream does not wait for (wkv_cuda.h)
+    if (dev) REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     st = wkv_backward(ctx, &bd);
     {
         INFO("wkv_backward: " << wkv_last_error(ctx));
