@@ -20,17 +20,11 @@
 constexpr int kRows = WKV_RWKV7_ROWS; /* value rows per pass (a multiple of 4) */
 constexpr int64_t K7 = kRwkv7CheckpointInterval; /* the checkpoint interval */
 
-/* Floats of one (segment, head) block of the checkpoint region: the state before the segment
- * (Np^2), then sa of its K7 tokens (K7 rows of Np), which a saving forward writes and the
- * reusing backward's replay reads instead of recomputing (NOTES.md, step 20). */
-inline int64_t ckpt_block7(int64_t Np) noexcept { return Np * Np + K7 * Np; }
-
 /* One token over the rows [0, Np) of the state: src rows (row stride srs) -> dst rows (drs);
  * dst may be src (in place). NV: vectors per row (0 = the run-time nv). kY: also y = S_new . r
  * (into y). kDr (the backward's replay): also dr = S_new^T dy (into y, with r = dy). sa_out
- * (may be NULL): sa per row. kSaIn: sa_out holds sa already (as this function stored it for
- * the same src and a): read, not recomputed. */
-template <int NV, bool kY, bool kDr = false, bool kSaIn = false>
+ * (may be NULL): sa per row. */
+template <int NV, bool kY, bool kDr = false>
 inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, int nv_rt,
                       int64_t Np, const float* __restrict decay, const float* __restrict k,
                       const float* __restrict v, const float* __restrict a,
@@ -50,30 +44,27 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
         }
 
         /* sa for the rows */
-        if (!kSaIn) {
-            T c[kRows];
+        T c[kRows];
 #pragma GCC unroll 16
-            for (int u = 0; u < kRows; ++u) c[u] = V::zero();
+        for (int u = 0; u < kRows; ++u) c[u] = V::zero();
 #pragma GCC unroll 16
-            for (int q = 0; q < nv; ++q) {
-                const T av = V::load(a + q * W);
+        for (int q = 0; q < nv; ++q) {
+            const T av = V::load(a + q * W);
 #pragma GCC unroll 16
-                for (int u = 0; u < kRows; ++u) c[u] = V::fma(V::load(sp[u] + q * W), av, c[u]);
-            }
-#pragma GCC unroll 16
-            for (int u = 0; u < kRows; u += 4) {
-                const V::Q sa4 = V::hsum4(c[u], c[u + 1], c[u + 2], c[u + 3]);
-                V::q_store(sa_mem + u, sa4);
-                if (sa_out) V::q_storeu(sa_out + ib + u, sa4);
-            }
+            for (int u = 0; u < kRows; ++u) c[u] = V::fma(V::load(sp[u] + q * W), av, c[u]);
         }
-        const float* sa_row = kSaIn ? sa_out + ib : sa_mem;
         /* per-row scalars are broadcast from memory (a load-port operation) rather than
          * shuffled out of a register (the port 512-bit FMAs also use): NOTES.md, step 12 */
         T sab[kRows], vb[kRows];
 #pragma GCC unroll 16
+        for (int u = 0; u < kRows; u += 4) {
+            const V::Q sa4 = V::hsum4(c[u], c[u + 1], c[u + 2], c[u + 3]);
+            V::q_store(sa_mem + u, sa4);
+            if (sa_out) V::q_storeu(sa_out + ib + u, sa4);
+        }
+#pragma GCC unroll 16
         for (int u = 0; u < kRows; ++u) {
-            sab[u] = V::bcast_mem(sa_row + u);
+            sab[u] = V::bcast_mem(sa_mem + u);
             vb[u] = V::bcast_mem(v + ib + u);
         }
 
@@ -192,9 +183,8 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
     float* out[kMaxGroup];       /* state_out rows addressed in place, or NULL */
     int64_t out_rs[kMaxGroup];
     /* save: head g's checkpoints (the backward's layout), the state before token t0 + q K at
-     * ck[g] + q B (B = ckpt_block7), and sa of token t0 + q K + u at ck[g] + q B + Np^2 + u Np;
-     * the forward's own sweep writes them: the token before a boundary steps into the
-     * checkpoint, the next one steps out of it */
+     * ck[g] + q Np^2; the forward's own sweep writes them: the token before a boundary steps
+     * into the checkpoint, the next one steps out of it */
     float* ck[kMaxGroup];
     const int64_t nseg = segment_count(t1 - t0, K7);
     for (int64_t g = 0; g < nh; ++g) {
@@ -208,7 +198,7 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
             continue;
         }
         ck[g] = save ? save->ckpt + ((size_t)save->first_segment(s) * (size_t)H +
-                                     (size_t)h * (size_t)nseg) * (size_t)ckpt_block7(Np)
+                                     (size_t)h * (size_t)nseg) * (size_t)(Np * Np)
                      : nullptr;
         srs[g] = Np;
         src[g] = ck[g] ? nullptr : state_rows(p->state_in, s, h, N, Np, &srs[g]);
@@ -235,21 +225,16 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
         const int64_t boundary = save && (t + 1 - t0) % K7 == 0 && !last ? (t + 1 - t0) / K7 : 0;
         for (int64_t g = 0; g < nh; ++g) {
             const int64_t h = h0 + g;
-            float* dst = last && out[g] ? out[g]
-                         : boundary ? ck[g] + boundary * ckpt_block7(Np)
-                                    : S[g];
+            float* dst = last && out[g] ? out[g] : boundary ? ck[g] + boundary * Np * Np : S[g];
             const int64_t drs = last && out[g] ? out_rs[g] : Np;
-            float* sa = save ? ck[g] + (t - t0) / K7 * ckpt_block7(Np) + Np * Np +
-                                   (t - t0) % K7 * Np
-                             : nullptr;
             const Inputs7 in = load_inputs7(p, batch, t, h, Np, want_y, x, nullptr);
             if (want_y) {
                 step_rows<NV, true>(src[g], srs[g], dst, drs, nv, Np, in.decay, in.k, in.v, in.a,
-                                    in.b, in.r, x.y, sa);
+                                    in.b, in.r, x.y, nullptr);
                 token_out(p->y, batch, t, h, N, x.y);
             } else {
                 step_rows<NV, false>(src[g], srs[g], dst, drs, nv, Np, in.decay, in.k, in.v,
-                                     in.a, in.b, nullptr, nullptr, sa);
+                                     in.a, in.b, nullptr, nullptr, nullptr);
             }
             src[g] = dst;
             srs[g] = drs;
@@ -283,9 +268,7 @@ void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scr
  *   - the backward sweep is one pass per kRows rows for g = dS + dy r^T with dk, db, dd and the
  *     dv, dsa sums, and a second for da and dS = g decay + dsa a^T.
  * Workspace (floats), with G = the group, R = min(K, max_s L_s):
- *   checkpoints = H * (sum_s ceil(L_s / K)) * (Np^2 + K * Np)
- *                 (per segment and head the state before it, as rwkv7.cpp's with N padded to
- *                 Np, then the K rows of sa a saving forward leaves: NOTES.md, step 20)
+ *   checkpoints = H * (sum_s ceil(L_s / K)) * Np^2   (as rwkv7.cpp's, N padded to Np)
  *   chunk       = (G + R) * Np^2 + G * R * kTokRows * Np + Np
  *                 (the group's dS, R replay states, G * R token records, one row of sums). */
 /* record rows: r k v a b dy decay ddw sa dr (w before it) dw dk dv da db */
@@ -460,8 +443,7 @@ BackwardSizes backward_sizes7(const wkv_problem* p, const BackwardShape& shape, 
     BackwardSizes z;
     z.replay_states = shape.max_len < K7 ? shape.max_len : K7;
     const uint64_t R = (uint64_t)z.replay_states;
-    z.ckpt_floats = c.mul(c.mul((uint64_t)p->H, shape.segments),
-                          c.add(c.mul(Np, Np), c.mul((uint64_t)K7, Np)));
+    z.ckpt_floats = c.mul(c.mul((uint64_t)p->H, shape.segments), c.mul(Np, Np));
     z.chunk_floats = c.add(c.add(c.mul(c.add(G, R), c.mul(Np, Np)),
                                  c.mul(c.mul(c.mul(G, R), (uint64_t)kTokRows), Np)),
                            Np);
@@ -502,8 +484,7 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
     const int64_t seg0 = job->first_segment(s);
     const bool nt = stream_gradients(p);
     auto ck = [&](int64_t j, int64_t g) {
-        return job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)(h0 + j) * (size_t)nseg + (size_t)g) *
-                               (size_t)ckpt_block7(Np);
+        return job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)(h0 + j) * (size_t)nseg + (size_t)g) * n2;
     };
     auto prefetch_all = [&](int64_t t, bool grads) {
         for (int64_t j = 0; j < nh; ++j) prefetch_tok7(p, batch, t, h0 + j, grads);
@@ -511,8 +492,7 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
 
     /* 1. checkpoints: ck(j, g) = head j's state before token t0 + g K, token-major over the
      *    group (each head runs in place in replay[j]; nseg > 1 means R = K >= G) */
-    const bool reuse = p->reuse_checkpoints != 0;
-    const int64_t pass = reuse ? 0 : nseg; /* reuse: the forward saved them */
+    const int64_t pass = p->reuse_checkpoints ? 0 : nseg; /* reuse: the forward saved them */
     for (int64_t j = 0; j < nh && pass; ++j) state_in_padded(p->state_in, s, h0 + j, N, Np, ck(j, 0));
     for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1 && pass; ++t) prefetch_all(t, false);
     for (int64_t g = 0; g + 1 < pass; ++g) {
@@ -530,8 +510,7 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
     }
 
     /* 2. segments in reverse: the group's records (token-major), then per head replay
-     *    (keeping sa and dr; reusing, sa is the forward's, after the checkpoint) and sweep
-     *    backward, then the gradients (token-major) */
+     *    (keeping sa and dr) and sweep backward, then the gradients (token-major) */
     for (int64_t j = 0; j < nh; ++j)
         state_in_padded(p->dstate_out, s, h0 + j, N, Np, dSs + (size_t)j * n2);
     for (int64_t g = nseg - 1; g >= 0; --g) {
@@ -546,26 +525,15 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
         for (int64_t j = 0; j < nh; ++j) {
             const float* start = ck(j, g);
             float* dS = dSs + (size_t)j * n2;
-            float* saved_sa = reuse ? ck(j, g) + n2 : nullptr; /* row u: token ts + u */
-            auto tok = [&](int64_t u) {
-                Tok7 x = record7(rec(j, u), Np);
-                if (reuse) x.sa = saved_sa + u * Np;
-                return x;
-            };
             for (int64_t u = 0; u < m; ++u) {
-                const Tok7 x = tok(u);
-                const float* src = u == 0 ? start : replay + (size_t)(u - 1) * n2;
-                if (reuse)
-                    step_rows<NV, false, true, true>(src, Np, replay + (size_t)u * n2, Np, nv, Np,
-                                                     x.decay, x.k, x.v, x.a, x.b, x.dy, x.dr,
-                                                     x.sa);
-                else
-                    step_rows<NV, false, true>(src, Np, replay + (size_t)u * n2, Np, nv, Np,
-                                               x.decay, x.k, x.v, x.a, x.b, x.dy, x.dr, x.sa);
+                const Tok7 x = record7(rec(j, u), Np);
+                step_rows<NV, false, true>(u == 0 ? start : replay + (size_t)(u - 1) * n2, Np,
+                                           replay + (size_t)u * n2, Np, nv, Np, x.decay, x.k,
+                                           x.v, x.a, x.b, x.dy, x.dr, x.sa);
             }
             for (int64_t u = m - 1; u >= 0; --u) {
                 float* r = rec(j, u);
-                const Tok7 x = tok(u);
+                const Tok7 x = record7(r, Np);
                 const float* Sp = u == 0 ? start : replay + (size_t)(u - 1) * n2; /* S_{t-1} */
                 float* dw = r + 10 * Np;
                 backward_rows<NV>(dS, Sp, Np, nv, Np, x, /* dk */ r + 11 * Np,
