@@ -57,6 +57,16 @@ struct Problem {
     wkv_forward_desc f{};
     wkv_backward_desc g{};
 
+    // The backward's workspace (wkv_workspace_size of g, plus `extra` bytes), given to g.
+    Workspace backward_workspace(wkv_context* ctx, size_t extra = 0) {
+        size_t bytes = 0;
+        REQUIRE(wkv_workspace_size(ctx, &bytes, &g) == WKV_OK);
+        Workspace ws(bytes + extra);
+        g.workspace = ws.data();
+        g.workspace_size = bytes;
+        return ws;
+    }
+
     std::vector<int64_t> shape(const std::string& name) const {
         AnyProblem q = ap;
         q.B = c.packed ? c.B : ap.B; // state slots: sequences
@@ -158,11 +168,8 @@ void check_case(const Case& c) {
     CpuCtx cx(c.threads);
     REQUIRE(cx.status == WKV_OK);
     Problem p(c);
-    size_t bytes = 0;
-    REQUIRE(wkv_workspace_size(cx.ctx, &bytes, &p.g) == WKV_OK);
-    Workspace ws(bytes);
-    p.g.workspace = ws.data();
-    p.g.workspace_size = bytes;
+    Workspace ws = p.backward_workspace(cx.ctx);
+    const size_t bytes = ws.bytes;
 
     REQUIRE(wkv_forward(cx.ctx, &p.f) == WKV_OK);
     const std::vector<unsigned char> y_plain = p.bytes(false);
@@ -231,11 +238,10 @@ TEST_CASE("checkpoints: the forward saves them in the backward's workspace (the 
     c.T = 75;
     CpuCtx cx(1);
     Problem p(c);
-    size_t bytes = 0;
-    REQUIRE(wkv_workspace_size(cx.ctx, &bytes, &p.g) == WKV_OK);
-    Workspace ws(bytes);
-    p.f.workspace = p.g.workspace = ws.data();
-    p.f.workspace_size = p.g.workspace_size = bytes;
+    Workspace ws = p.backward_workspace(cx.ctx);
+    const size_t bytes = ws.bytes;
+    p.f.workspace = ws.data();
+    p.f.workspace_size = bytes;
     REQUIRE(wkv_forward(cx.ctx, &p.f) == WKV_OK);
     std::vector<unsigned char> saved(ws.buf.begin(), ws.buf.begin() + static_cast<long>(bytes));
     // the last checkpoint of the first (sequence, head): somewhere in the workspace a state of
@@ -263,12 +269,8 @@ TEST_CASE("checkpoints: misuse is refused with a message naming the argument, no
         Case c;
         c.T = 40;
         Problem p(c);
-        size_t bytes = 0;
-        REQUIRE(wkv_workspace_size(cx.ctx, &bytes, &p.g) == WKV_OK);
-        Workspace ws(bytes + 4096);
-        p.g.workspace = ws.data();
-        p.g.workspace_size = bytes;
-        setup(cx.ctx, p, ws, bytes);
+        Workspace ws = p.backward_workspace(cx.ctx, 4096);
+        setup(cx.ctx, p, ws, p.g.workspace_size);
         p.poison(false);
         p.poison(true);
         const wkv_status got = backward ? wkv_backward(cx.ctx, &p.g) : wkv_forward(cx.ctx, &p.f);
@@ -358,11 +360,7 @@ TEST_CASE("checkpoints: callers built against the older descriptors get the defa
     Case c;
     c.T = 40;
     Problem p(c);
-    size_t bytes = 0;
-    REQUIRE(wkv_workspace_size(cx.ctx, &bytes, &p.g) == WKV_OK);
-    Workspace ws(bytes);
-    p.g.workspace = ws.data();
-    p.g.workspace_size = bytes;
+    Workspace ws = p.backward_workspace(cx.ctx);
     REQUIRE(wkv_forward(cx.ctx, &p.f) == WKV_OK);
     REQUIRE(wkv_backward(cx.ctx, &p.g) == WKV_OK);
     const std::vector<unsigned char> want = p.bytes(true);
@@ -403,11 +401,7 @@ TEST_CASE("checkpoints: long calls (gradients streamed past the caches) still ma
             c.N = N;
             c.threads = 2;
             Problem p(c);
-            size_t bytes = 0;
-            REQUIRE(wkv_workspace_size(cx.ctx, &bytes, &p.g) == WKV_OK);
-            Workspace ws(bytes);
-            p.g.workspace = ws.data();
-            p.g.workspace_size = bytes;
+            Workspace ws = p.backward_workspace(cx.ctx);
             REQUIRE(static_cast<double>(p.ap.T * p.ap.H * p.ap.N) > 262144.0);
             REQUIRE((reinterpret_cast<uintptr_t>(p.g.dk.data) + p.g.dk.byte_offset) % 64 == 0);
             REQUIRE(wkv_forward(cx.ctx, &p.f) == WKV_OK);
@@ -420,7 +414,7 @@ TEST_CASE("checkpoints: long calls (gradients streamed past the caches) still ma
             }
             p.poison(true);
             p.f.workspace = ws.data();
-            p.f.workspace_size = bytes;
+            p.f.workspace_size = ws.bytes;
             REQUIRE(wkv_forward(cx.ctx, &p.f) == WKV_OK);
             p.g.flags = WKV_BACKWARD_REUSE_CHECKPOINTS;
             REQUIRE(wkv_backward(cx.ctx, &p.g) == WKV_OK);
