@@ -41,6 +41,16 @@ uint64_t validation_count(wkv_context* ctx) {
     return n;
 }
 
+// A synchronous and an asynchronous context side by side, destroyed at the end of the test.
+struct SyncAndAsync {
+    wkv_context* sync = make_vk(0);
+    wkv_context* async = make_vk(WKV_CONTEXT_ASYNC);
+    ~SyncAndAsync() {
+        wkv_context_destroy(async);
+        wkv_context_destroy(sync);
+    }
+};
+
 // A decode loop's device data on one context: every token of every input in one [B, T, H, N]
 // buffer (step t reads token t through a strided [B, 1, H, N] view at a byte offset), y likewise,
 // and the state [B, H, N, N] stepped in place.
@@ -118,8 +128,8 @@ TEST_CASE("vulkan async: a decode loop of many T=1 steps equals the synchronous 
     const Rwkv7Data d = random_rwkv7(rng, B, T, H, N, WKV_DECAY_CLAMPW, true);
     std::vector<double> y_ref, sT_ref;
     ref_forward(d, y_ref, sT_ref);
-    wkv_context* sync = make_vk(0);
-    wkv_context* async = make_vk(WKV_CONTEXT_ASYNC);
+    SyncAndAsync cx;
+    wkv_context *sync = cx.sync, *async = cx.async;
     for (int replay = 0; replay < 2; replay++) {
         // replay 0: every step binds other ranges (recorded anew); 1: from step 4 on every
         // step reads token 3 and writes y's token 3, so each slot's command buffer is
@@ -141,8 +151,6 @@ TEST_CASE("vulkan async: a decode loop of many T=1 steps equals the synchronous 
         }
     }
     CHECK(validation_count(async) == 0);
-    wkv_context_destroy(async);
-    wkv_context_destroy(sync);
 }
 
 TEST_CASE("vulkan async: downloads between enqueued steps see every earlier step complete") {
@@ -151,8 +159,8 @@ TEST_CASE("vulkan async: downloads between enqueued steps see every earlier step
     INFO("seed=" << seed);
     const int64_t B = 1, T = 24, H = 2, N = 32;
     const Rwkv7Data d = random_rwkv7(rng, B, T, H, N, WKV_DECAY_CLAMPW, true);
-    wkv_context* sync = make_vk(0);
-    wkv_context* async = make_vk(WKV_CONTEXT_ASYNC);
+    SyncAndAsync cx;
+    wkv_context *sync = cx.sync, *async = cx.async;
     {
         Decode s(sync, d), a(async, d);
         for (int64_t t = 0; t < T; t++) {
@@ -168,8 +176,6 @@ TEST_CASE("vulkan async: downloads between enqueued steps see every earlier step
         CHECK(same_bits(a.y_all(), s.y_all()));
     }
     CHECK(validation_count(async) == 0);
-    wkv_context_destroy(async);
-    wkv_context_destroy(sync);
 }
 
 TEST_CASE("vulkan async: destroying buffers that enqueued calls use waits for them") {
@@ -178,8 +184,8 @@ TEST_CASE("vulkan async: destroying buffers that enqueued calls use waits for th
     INFO("seed=" << seed);
     const int64_t B = 1, T = 12, H = 2, N = 32;
     const Rwkv7Data d = random_rwkv7(rng, B, T, H, N, WKV_DECAY_CLAMPW, true);
-    wkv_context* sync = make_vk(0);
-    wkv_context* async = make_vk(WKV_CONTEXT_ASYNC);
+    SyncAndAsync cx;
+    wkv_context *sync = cx.sync, *async = cx.async;
     std::vector<float> s_sync;
     {
         Decode s(sync, d);
@@ -215,8 +221,6 @@ TEST_CASE("vulkan async: destroying buffers that enqueued calls use waits for th
         for (auto*& b : a.in) b = nullptr; // freed with the context
         a.y = a.state = nullptr;
     }
-    wkv_context_destroy(async);
-    wkv_context_destroy(sync);
 }
 
 TEST_CASE("vulkan async: synchronize with nothing pending, and twice") {
@@ -241,8 +245,8 @@ TEST_CASE("vulkan async: a call with host tensors stays synchronous, after the e
     INFO("seed=" << seed);
     const int64_t B = 1, T = 10, H = 2, N = 32, HN = H * N;
     const Rwkv7Data d = random_rwkv7(rng, B, T, H, N, WKV_DECAY_CLAMPW, true);
-    wkv_context* sync = make_vk(0);
-    wkv_context* async = make_vk(WKV_CONTEXT_ASYNC);
+    SyncAndAsync cx;
+    wkv_context *sync = cx.sync, *async = cx.async;
     {
         Decode s(sync, d), a(async, d);
         for (int64_t t = 0; t < T - 1; t++) {
@@ -277,8 +281,6 @@ TEST_CASE("vulkan async: a call with host tensors stays synchronous, after the e
         CHECK(same_bits(a.s_all(), s.s_all()));
     }
     CHECK(validation_count(async) == 0);
-    wkv_context_destroy(async);
-    wkv_context_destroy(sync);
 }
 
 TEST_CASE("vulkan async: unknown context flags are refused, naming flags") {
