@@ -6,7 +6,8 @@
 //   - into backends/cuda/tests/wkv_cuda_tests with WKV_TEST_CUDA_RUNTIME (links cudart): the GPU
 //     tests, on device memory: every golden wkv7 file in f32/f16/bf16 (both state orders), random
 //     inputs against the CPU backend and the float64 reference across T, N, dtypes, decay forms,
-//     strides, packed sequences and state options; streams and CUDA-graph capture; errors.
+//     strides, packed sequences and state options; streams and CUDA-graph capture; errors; the
+//     chunked RWKV-7 forward forced on (WKV_CUDA_RWKV7_CHUNKED=1) for the clampw files and inputs.
 //     Without a CUDA device each case prints "SKIPPED: no CUDA device" and the program exits 77
 //     (ctest: "Skipped").
 //
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -600,14 +602,11 @@ const wkv_decay_form kForms[] = {WKV_DECAY_CLAMPW, WKV_DECAY_LOG, WKV_DECAY_EXP_
 
 // ------------------------------------------------------------------------------ golden files
 
-TEST_CASE("cuda: every golden wkv7 file, f32/f16/bf16, both state orders") {
-    CUDA_TEST_OR_SKIP();
-    const std::string dir = golden_dir();
-    std::vector<std::string> files;
-    for (const char* name : {"wkv7_log_N64", "wkv7_exp_neg_exp_N64", "wkv7_clampw_N64", "wkv7_direct_N64",
-                             "wkv7_log_N32", "wkv7_log_N128", "wkv7_clampw_decode_T1", "wkv7_clampw_T200"})
-        files.push_back(dir + "/" + name + ".safetensors");
-    for (const std::string& path : files) {
+namespace {
+
+// One golden wkv7 file on CUDA in f32/f16/bf16, both state orders, forward and backward.
+void check_golden_rwkv7(const std::string& path) {
+    {
         SafeTensors f;
         INFO(path);
         REQUIRE_MESSAGE(f.load(path), f.error);
@@ -677,6 +676,16 @@ TEST_CASE("cuda: every golden wkv7 file, f32/f16/bf16, both state orders") {
                 MESSAGE(line);
             }
     }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: every golden wkv7 file, f32/f16/bf16, both state orders") {
+    CUDA_TEST_OR_SKIP();
+    const std::string dir = golden_dir();
+    for (const char* name : {"wkv7_log_N64", "wkv7_exp_neg_exp_N64", "wkv7_clampw_N64", "wkv7_direct_N64",
+                             "wkv7_log_N32", "wkv7_log_N128", "wkv7_clampw_decode_T1", "wkv7_clampw_T200"})
+        check_golden_rwkv7(dir + "/" + name + ".safetensors");
 }
 
 // ------------------------------------------------------------------------ random vs CPU
@@ -787,6 +796,90 @@ TEST_CASE("cuda: a long sequence (T=300) at N=128") {
     check_config(c, test_seed() + 400);
 }
 
+// ------------------------------------------------------------- the chunked RWKV-7 forward
+
+namespace {
+
+// Sets WKV_CUDA_RWKV7_CHUNKED for the contexts created in its scope (the backend reads it at
+// context creation), then restores the previous value.
+struct ChunkedEnv {
+    std::string old;
+    bool had;
+    explicit ChunkedEnv(const char* value) {
+        const char* e = std::getenv("WKV_CUDA_RWKV7_CHUNKED");
+        had = e != nullptr;
+        if (had) old = e;
+        setenv("WKV_CUDA_RWKV7_CHUNKED", value, 1);
+    }
+    ~ChunkedEnv() {
+        if (had) setenv("WKV_CUDA_RWKV7_CHUNKED", old.c_str(), 1);
+        else unsetenv("WKV_CUDA_RWKV7_CHUNKED");
+    }
+};
+
+void check_caller_stream_and_graph(wkv_decay_form form);  // below, with the streams
+
+}  // namespace
+
+// backends/cuda/rwkv7_chunk.cu: N = 64, CLAMPW, unpacked; forced on wherever it applies. The
+// backward (always the sequential checkpoint + replay) checks the same inputs alongside.
+TEST_CASE("cuda: the chunked RWKV-7 forward (WKV_CUDA_RWKV7_CHUNKED=1): golden, random, layouts, graphs") {
+    CUDA_TEST_OR_SKIP();
+    const uint64_t seed = test_seed();
+    {
+        // the switch reaches the kernels: the two forwards round differently
+        Rng rng(seed + 500);
+        Config c;
+        c.B = 1; c.H = 2; c.T = 100; c.N = 64;
+        Case k = make_case(rng, c, c.B);
+        Results seq, chk;
+        {
+            ChunkedEnv env("0");
+            seq = run_backend(WKV_BACKEND_CUDA, c, k.d, k.dy, k.dsT);
+        }
+        {
+            ChunkedEnv env("1");
+            chk = run_backend(WKV_BACKEND_CUDA, c, k.d, k.dy, k.dsT);
+        }
+        CHECK_MESSAGE(seq.y != chk.y, "WKV_CUDA_RWKV7_CHUNKED=1 gave the sequential forward's bits");
+        compare("y chunked vs sequential", chk.y, seq.y, 2e-5, c.describe());
+        compare("sT chunked vs sequential", chk.sT, seq.sT, 2e-5, c.describe());
+    }
+    ChunkedEnv env("1");
+    const std::string dir = golden_dir();
+    for (const char* name : {"wkv7_clampw_N64", "wkv7_clampw_T200"})
+        check_golden_rwkv7(dir + "/" + name + ".safetensors");
+    int n = 0;
+    // T around the chunk length (32), several chunks with a tail, every dtype, state options
+    for (int64_t T : {2, 31, 32, 33, 64, 100, 257}) {
+        Config c;
+        c.B = 2;
+        c.H = 3;
+        c.T = T;
+        c.N = 64;
+        c.dtype = kDtypes[n % 3];
+        c.state_in = n % 4 != 1;
+        c.state_out = n % 5 != 2;
+        check_config(c, seed + 510 + (uint64_t)n++);
+    }
+    for (Layout l : {Layout::PaddedT, Layout::HeadMajor})
+        for (int variant = 0; variant < 4; variant++) {
+            Config c;
+            c.B = 2;
+            c.H = 2;
+            c.T = 45;
+            c.N = 64;
+            c.layout = l;
+            c.dtype = kDtypes[(size_t)(n % 3)];
+            c.w_broadcast = variant == 1;
+            c.padded_state = variant == 2 || variant == 3;
+            c.key_major = variant == 2 || variant == 0;
+            c.in_place = variant == 3;
+            check_config(c, seed + 510 + (uint64_t)n++);
+        }
+    check_caller_stream_and_graph(WKV_DECAY_CLAMPW);
+}
+
 // ------------------------------------------------------------------------ streams, graphs
 
 namespace {
@@ -892,12 +985,15 @@ TEST_CASE("cuda: the context's own stream is non-blocking; results are determini
     CHECK(p.outputs() == first);  // bit-identical
 }
 
-TEST_CASE("cuda: the caller's stream, and capture into a CUDA graph") {
-    CUDA_TEST_OR_SKIP();
+namespace {
+
+// Forward + backward on the context's stream, then on a stream of the caller's, captured into
+// a CUDA graph and replayed twice: the same bits.
+void check_caller_stream_and_graph(wkv_decay_form form) {
     CudaContext cc;
     DeviceProblem p;
     p.c.B = 2; p.c.T = 37; p.c.H = 3; p.c.N = 64; p.c.dtype = WKV_DTYPE_F16;
-    p.c.form = WKV_DECAY_LOG;
+    p.c.form = form;
     p.build(cc.ctx, test_seed());
     REQUIRE(wkv_forward(cc.ctx, &p.f) == WKV_OK);
     REQUIRE(wkv_backward(cc.ctx, &p.bd) == WKV_OK);
@@ -938,6 +1034,13 @@ TEST_CASE("cuda: the caller's stream, and capture into a CUDA graph") {
     cudaGraphDestroy(graph);
     REQUIRE(wkv_cuda_set_stream(cc.ctx, nullptr) == WKV_OK);  // legacy default, explicitly
     cudaStreamDestroy(mine);
+}
+
+}  // namespace
+
+TEST_CASE("cuda: the caller's stream, and capture into a CUDA graph") {
+    CUDA_TEST_OR_SKIP();
+    check_caller_stream_and_graph(WKV_DECAY_LOG);
 }
 
 TEST_CASE("cuda: T one-token calls in place equal one T-token call, bit for bit") {

@@ -49,6 +49,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -65,6 +66,14 @@ using namespace wkv_cuda;
 
 constexpr int kHeadSizes[] = {32, 64, 128};
 constexpr int kNumHeadSizes = 3;
+/* The chunked RWKV-7 forward's workspace (rwkv7_use_chunked): 1.5 KB per token and head
+ * (B = 1, H = 32, T = 4096: 202 MB). Calls needing more than kChunkWsMax bytes take the
+ * sequential forward (B x H = 32: T up to ~21k tokens). The pool keeps up to kChunkPoolKeep
+ * bytes between calls (until the context is destroyed): a smaller threshold made every B = 2,
+ * T = 4096 call (404 MB) give its memory back at the synchronisation and allocate it again
+ * (+0.2 ms of host time per call, measured). */
+constexpr size_t kChunkWsMax = (size_t)1 << 30;
+constexpr uint64_t kChunkPoolKeep = kChunkWsMax;
 
 int head_index(int64_t N) {
     for (int x = 0; x < kNumHeadSizes; ++x)
@@ -85,6 +94,11 @@ struct CudaState {
     bool lost = false;
     char* scratch = nullptr; /* device scratch for staged host memory (see the top of the file) */
     size_t scratch_bytes = 0;
+    /* The chunked RWKV-7 forward (rwkv7_chunk.cu, chosen by rwkv7_use_chunked): its workspace
+     * comes from this stream-ordered pool (cudaMallocFromPoolAsync / cudaFreeAsync on the call's
+     * stream: no synchronisation, capturable); nullptr: no chunked forward on this context. */
+    cudaMemPool_t chunk_pool = nullptr;
+    int chunk_mode = -1; /* WKV_CUDA_RWKV7_CHUNKED at context creation: -1 unset, 0 never, 1 always */
     wkv_fault_hook fault{nullptr, nullptr}; /* WKV_FAULT (src/fault.h): test builds only */
 };
 
@@ -246,9 +260,11 @@ wkv_status cuda_device_info(int32_t index, wkv_device_info* out, wkv_message* ms
 void cuda_destroy(void* state) {
     CudaState* st = static_cast<CudaState*>(state);
     if (!st) return;
-    if (st->own_stream || st->scratch) {
+    if (st->own_stream || st->scratch || st->chunk_pool) {
         DeviceGuard guard(st->device);
         if (st->scratch) cudaFree(st->scratch); /* staged calls finish before they return */
+        /* frees still queued on a stream complete first: the runtime releases the pool then */
+        if (st->chunk_pool) cudaMemPoolDestroy(st->chunk_pool);
         if (st->own_stream) cudaStreamDestroy(st->own_stream);
         cudaGetLastError();
     }
@@ -329,6 +345,25 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
         st->K2[x] = kCand[pick][1];
         st->smem[x] = bytes;
     }
+    /* The chunked RWKV-7 forward: its kernels' shared memory and the pool of its workspace,
+     * which keeps up to kChunkPoolKeep bytes between calls (more is returned to the driver at
+     * the next synchronisation). Without either, the sequential forward runs everywhere. */
+    if (rwkv7_prepare_chunked(64) == (int)cudaSuccess) {
+        cudaMemPoolProps props;
+        std::memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = device;
+        if (cudaMemPoolCreate(&st->chunk_pool, &props) == cudaSuccess) {
+            uint64_t keep = kChunkPoolKeep;
+            cudaMemPoolSetAttribute(st->chunk_pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        } else {
+            st->chunk_pool = nullptr;
+        }
+    }
+    cudaGetLastError();
+    if (const char* env = std::getenv("WKV_CUDA_RWKV7_CHUNKED"))
+        st->chunk_mode = env[0] == '1' ? 1 : env[0] == '0' ? 0 : -1;
     e = cudaStreamCreateWithFlags(&st->own_stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         wkv_status s = cuda_fail(nullptr, e, msg, "cudaStreamCreateWithFlags");
@@ -730,6 +765,63 @@ int32_t cuda_saves_checkpoints(void* state, const wkv_problem* p) {
     return device_workspace(p) != nullptr ? 1 : 0;
 }
 
+/* Which RWKV-7 forward runs: the one place that decides.
+ * - sequential (rwkv7.cu): one block per (sequence, head) walks T. Everything it supports.
+ * - chunked (rwkv7_chunk.cu): chunks of 32 tokens computed in parallel, then a short walk over
+ *   the chunk states; ~2.5x the flops of the sequential walk, but parallel over time, so it
+ *   wins only where (sequence, head) blocks alone cannot fill the GPU and T is long (NOTES.md,
+ *   "chunked forward" for the measurements behind the thresholds). It handles N = 64, CLAMPW
+ *   (decay >= 0.545 keeps exp(-cumulative log decay) finite over a chunk; the other forms can
+ *   decay to ~0), unpacked sequences, any T, strides and state options; not the checkpoint-
+ *   saving forward (whose checkpoints are the sequential walk's states). Its rounding differs
+ *   from the sequential kernel's (within the tests' tolerances), so T one-token calls equal
+ *   one T-token call bit for bit only where the T-token call is not chunked.
+ * WKV_CUDA_RWKV7_CHUNKED=0 never chunks, =1 chunks wherever it applies (tests, measurements). */
+bool rwkv7_use_chunked(const CudaState* st, const wkv_problem* p) {
+    if (!st->chunk_pool || st->chunk_mode == 0) return false;
+    if (p->N != 64 || p->decay_form != WKV_DECAY_CLAMPW || p->seq_offsets || p->save_checkpoints || p->T < 2)
+        return false;
+    const size_t bytes = rwkv7_chunk_ws_bytes(64, p->B, p->H, p->T);
+    if (bytes == 0 || bytes > kChunkWsMax || p->B * p->H * ((p->T + 31) / 32) > 0x7fffffff) return false;
+    if (st->chunk_mode == 1) return true;
+    /* H100 (132 SMs), f16 T = 4096, chunked vs sequential: B x H = 32 heads 0.79 vs 1.96 ms,
+     * 64 heads 1.60 vs 1.96, 128 heads 3.50 vs 1.97 (the chunked work grows with B, the
+     * sequential time does not until the heads fill the SMs); B x H = 32, T = 512 0.116 vs 0.244 */
+    return p->B * p->H * 2 <= (int64_t)st->sm_count && p->T >= 256;
+}
+
+/* The chunked forward of an unpacked RWKV-7 problem: workspace from the context's pool, two
+ * kernels, the workspace freed in stream order. Returns false (nothing enqueued) when the pool
+ * cannot give the workspace: the caller runs the sequential forward. */
+bool forward_rwkv7_chunked(CudaState* st, const wkv_problem* p, const Placement& pl, cudaError_t* err) {
+    const size_t bytes = rwkv7_chunk_ws_bytes(64, p->B, p->H, p->T);
+    void* ws = nullptr;
+    if (cudaMallocFromPoolAsync(&ws, bytes, st->chunk_pool, st->stream) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    Rwkv7ChunkParams prm;
+    std::memset(&prm, 0, sizeof prm);
+    prm.r = pl.v[0];
+    prm.w = pl.v[1];
+    prm.k = pl.v[2];
+    prm.v = pl.v[3];
+    prm.a = pl.v[4];
+    prm.b = pl.v[5];
+    prm.y = pl.v[kY];
+    prm.state_in = pl.v[kStateIn];
+    prm.state_out = pl.v[kStateOut];
+    prm.T = p->T;
+    prm.B = p->B;
+    prm.H = (int32_t)p->H;
+    prm.nc = (int32_t)((p->T + rwkv7_chunk_len(64) - 1) / rwkv7_chunk_len(64));
+    prm.ws = static_cast<float*>(ws);
+    *err = (cudaError_t)rwkv7_launch_chunked(64, prm, st->stream);
+    const cudaError_t f = cudaFreeAsync(ws, st->stream);
+    if (*err == cudaSuccess) *err = f;
+    return true;
+}
+
 wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     CudaState* st = static_cast<CudaState*>(state);
     int hidx = -1;
@@ -753,6 +845,13 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
         if (e != 0) return cuda_fail(st, (cudaError_t)e, msg,
                                      p->op == WKV_OP_RWKV6 ? "RWKV-6 forward launch" : "RWKV-4 forward launch");
         return stage_out(st, &pl, &drain, msg);
+    }
+    if (rwkv7_use_chunked(st, p)) {
+        cudaError_t e = cudaSuccess;
+        if (forward_rwkv7_chunked(st, p, pl, &e)) {
+            if (e != cudaSuccess) return cuda_fail(st, e, msg, "RWKV-7 chunked forward launch");
+            return stage_out(st, &pl, &drain, msg);
+        }
     }
     Rwkv7FwdParams prm;
     std::memset(&prm, 0, sizeof prm);

@@ -90,6 +90,25 @@ bool rwkv7_forward_saves(int N, int K1);
  * the current device. Returns the cudaError_t as int. */
 int rwkv7_check_kernel_image(int N);
 
+/* The chunked forward (rwkv7_chunk.cu): unpacked sequences, N = 64, CLAMPW. ws: the workspace of
+ * rwkv7_chunk_ws_bytes bytes (16-byte aligned); nc = ceil(T / rwkv7_chunk_len(N)). */
+struct Rwkv7ChunkParams {
+    DevView r, w, k, v, a, b, y, state_in, state_out;
+    int64_t T, B;
+    int32_t H;
+    int32_t nc;
+    float* ws;
+};
+
+/* Tokens per chunk for head size N; 0: no chunked forward for N. */
+int rwkv7_chunk_len(int N);
+/* Workspace bytes of the chunked forward (0 when it does not apply). */
+size_t rwkv7_chunk_ws_bytes(int N, int64_t B, int64_t H, int64_t T);
+/* Raises the chunked kernels' dynamic shared-memory limits (once per device). cudaError_t. */
+int rwkv7_prepare_chunked(int N);
+/* Enqueues the chunked forward (two kernels). cudaError_t of the launches as int. */
+int rwkv7_launch_chunked(int N, const Rwkv7ChunkParams& p, void* stream);
+
 /* ------------------------------------------------------------------------------ RWKV-6 */
 
 enum { kRwkv6SegK = 8 }; /* backward: tokens per checkpointed segment */

@@ -1,0 +1,493 @@
+/* RWKV-7 forward in chunks of C tokens, parallel over time (prefill at small batch).
+ *
+ * The sequential forward (rwkv7.cu) walks T in one block per (sequence, head): at B = 1, H = 32
+ * that is 32 blocks on a 132-SM H100, each bound by a per-token dependency chain. Here the
+ * recurrence (rwkv7.cu's semantics, S[i][j]: value row i, key column j)
+ *     S_t = S_{t-1} (D_t + a_t b_t^T) + v_t k_t^T,   D_t = diag(decay_t),   y_t = S_t r_t
+ * is cut into chunks of C tokens. Inside a chunk with entry state S_e, with the inclusive
+ * cumulative log decay G_t = sum_{s <= t} log decay_s (per column j; G_{-1} = 0), and
+ * u_t = S_{t-1} a_t (the sequential kernel's sa):
+ *     S_t = S_e Gamma_t + sum_{s <= t} (u_s b_s^T + v_s k_s^T) exp(G_t - G_s)
+ *     u_t = S_e (a_t o exp(G_{t-1})) + sum_{s < t} u_s Aab[t][s] + v_s Aak[t][s]
+ *     y_t = S_e (r_t o exp(G_t))     + sum_{s <= t} u_s Arb[t][s] + v_s Ark[t][s]
+ * with the C x C matrices (exp taken elementwise over j, then summed)
+ *     Aab[t][s] = sum_j a_t exp(G_{t-1} - G_s) b_s   (s < t),   Aak: k_s for b_s,
+ *     Arb[t][s] = sum_j r_t exp(G_t - G_s) b_s       (s <= t),  Ark: k_s for b_s.
+ * u is linear in S_e: u_t = S_e w_t + ul_t, where the rows w_t (N) and ul_t (N) solve the unit
+ * lower-triangular systems w_t = a_t o exp(G_{t-1}) + sum_{s<t} Aab[t][s] w_s and ul_t =
+ * sum_{s<t} Aak[t][s] v_s + Aab[t][s] ul_s (the WY form of the product of the D_t + a_t b_t^T).
+ * Then, with bh_s = b_s o exp(G_last - G_s), kh_s likewise and gamma = exp(G_last):
+ *     S_exit = S_e o gamma (per column) + (S_e W) Bh + L,   L = Ul^T Bh + V^T Kh   (N x N)
+ *     y_t    = S_e z_t + yl_t,   z_t = r_t o exp(G_t) + sum_{s<=t} Arb[t][s] w_s,
+ *                                yl_t = sum_{s<=t} Arb[t][s] ul_s + Ark[t][s] v_s.
+ * Two kernels:
+ *   1. rwkv7_chunk_local_kernel, one block per (sequence, head, chunk), all in parallel: the
+ *      chunk's W | Z (N x 2C), Bh (C x N), Yl (C x N), L (N x N) and gamma (N) into the
+ *      workspace (rwkv7_chunk_ws_bytes; the host takes it from a stream-ordered pool);
+ *   2. rwkv7_chunk_state_kernel, one block per (sequence, head, RB value rows): walks the
+ *      chunks in order from state_in, y_t = S_e z_t + yl_t for its rows, then the exit state;
+ *      rows are independent, so a head's N rows are split over N / RB blocks.
+ * All arithmetic is float32 (fp32 FMA, no tensor cores): the tests hold the CUDA backend to
+ * 2e-5 relative against the CPU backend in f32, which TF32/BF16 products would not meet.
+ *
+ * Numerics: exp(G_t - G_s) is formed as exp(G_t) * exp(-G_s) so the C x C matrices are plain
+ * dot products. That needs exp(-G) to stay finite: only CLAMPW is chunked, whose decay is
+ * exp(-exp(-1/2) sigmoid(w)) >= 0.545, so |G| <= 0.61 C (C = 32: exp(19.4) = 2.7e8); the
+ * other forms allow decays near 0 (exp(-G) would overflow) and keep the sequential kernel.
+ * The rounding differs from the sequential kernel (a sum of logs instead of a running product,
+ * a different summation order): measured ~2e-7 relative in a float32 model, same order as the
+ * sequential kernel against the CPU backend. Tokens past T in the last chunk are identities
+ * (decay 1, a = b = k = v = r = 0) and their y is not stored.
+ */
+#include <cuda_runtime.h>
+
+#include "cuda_elem.cuh"
+#include "cuda_internal.h"
+
+namespace wkv_cuda {
+namespace {
+
+using elem::min64;
+
+constexpr int kLocalThreads = 256;
+constexpr int kRowsPerBlock = 16; /* state kernel: value rows per block */
+
+/* Workspace of one chunk, in floats: WZ [N][2C] (w_t then z_t, column j = key index), Bh [C][N],
+ * Yl [C][N] (yl_t, column = value row), L [N][N], gamma [N]. */
+template <int N, int C>
+struct ChunkWs {
+    static constexpr size_t WZ = 0, BH = WZ + 2 * N * C, YL = BH + (size_t)C * N, L = YL + (size_t)C * N,
+                            GM = L + (size_t)N * N, FLOATS = GM + N;
+    static_assert(FLOATS % 4 == 0, "chunk workspace must keep float4 alignment");
+};
+
+/* Shared memory of the local kernel, in floats. Token rows padded to NP = N + 4 floats so the
+ * matrices' float4 reads of rows s, s + 1, ... fall in distinct banks. */
+template <int N, int C>
+struct LocalSmem {
+    static constexpr int NP = N + 4, CP = C + 1;
+    static constexpr int R = 0, A = R + C * NP, B = A + C * NP, K = B + C * NP, V = K + C * NP,
+                         G = V + C * N, /* log decays; later ul_t (U) */
+        U = G, M = G + C * N, GM = M + 4 * C * CP, FLOATS = GM + N;
+};
+
+__device__ __forceinline__ float clampw_log_decay(float w) {
+    /* log of decay_of's CLAMPW value: -exp(-1/2) sigmoid(w), sigmoid as decay_of computes it */
+    const float z = expf(-fabsf(w));
+    const float inv = 1.0f / (1.0f + z);
+    const float sig = w >= 0.0f ? inv : z * inv;
+    return -0.60653065971263342f * sig;
+}
+
+template <int N, int C>
+__global__ void __launch_bounds__(kLocalThreads)
+    rwkv7_chunk_local_kernel(const __grid_constant__ Rwkv7ChunkParams p) {
+    using SM = LocalSmem<N, C>;
+    using WS = ChunkWs<N, C>;
+    constexpr int NP = SM::NP, CP = SM::CP, NT = kLocalThreads;
+    extern __shared__ float4 smem4[];
+    float* sm = reinterpret_cast<float*>(smem4);
+    float* sR = sm + SM::R; /* r, then re_t = r_t exp(G_t) */
+    float* sA = sm + SM::A; /* a, then ae_t = a_t exp(G_{t-1}) */
+    float* sB = sm + SM::B; /* b, then bi_t = b_t exp(-G_t) */
+    float* sK = sm + SM::K; /* k, then ki_t = k_t exp(-G_t) */
+    float* sV = sm + SM::V; /* v [C][N] */
+    float* sG = sm + SM::G; /* log decay [C][N]; reused for ul [C][N] */
+    float* sU = sm + SM::U;
+    float* sM = sm + SM::M; /* Aab, Aak, Arb, Ark: [C][CP] each */
+    float* sGam = sm + SM::GM;
+
+    const int tid = threadIdx.x;
+    const int64_t c = blockIdx.x % p.nc, sh = blockIdx.x / p.nc;
+    const int64_t h = sh % p.H, s = sh / p.H;
+    const int64_t t0 = c * C;
+    float* ws = p.ws + (size_t)blockIdx.x * WS::FLOATS;
+
+    /* tokens, clamped index (no load under a branch), zero past T */
+#pragma unroll 4
+    for (int e = tid; e < C * N; e += NT) {
+        const int u = e / N, j = e % N;
+        const int64_t t = min64(t0 + u, p.T - 1);
+        const bool in = t0 + u < p.T;
+        const float r = elem::load(p.r, s * p.r.s[0] + t * p.r.s[1] + h * p.r.s[2] + j * p.r.s[3]);
+        const float w = elem::load(p.w, s * p.w.s[0] + t * p.w.s[1] + h * p.w.s[2] + j * p.w.s[3]);
+        const float k = elem::load(p.k, s * p.k.s[0] + t * p.k.s[1] + h * p.k.s[2] + j * p.k.s[3]);
+        const float v = elem::load(p.v, s * p.v.s[0] + t * p.v.s[1] + h * p.v.s[2] + j * p.v.s[3]);
+        const float a = elem::load(p.a, s * p.a.s[0] + t * p.a.s[1] + h * p.a.s[2] + j * p.a.s[3]);
+        const float b = elem::load(p.b, s * p.b.s[0] + t * p.b.s[1] + h * p.b.s[2] + j * p.b.s[3]);
+        sR[u * NP + j] = in ? r : 0.0f;
+        sK[u * NP + j] = in ? k : 0.0f;
+        sA[u * NP + j] = in ? a : 0.0f;
+        sB[u * NP + j] = in ? b : 0.0f;
+        sV[u * N + j] = in ? v : 0.0f;
+        sG[u * N + j] = in ? clampw_log_decay(w) : 0.0f;
+    }
+    __syncthreads();
+
+    /* per column: the running log decay, and the four scaled token vectors (one per thread
+     * group; each group redoes the C-term sum, which is cheap) */
+    for (int e = tid; e < 4 * N; e += NT) {
+        const int j = e % N, which = e / N;
+        float* x = which == 0 ? sA : which == 1 ? sR : which == 2 ? sB : sK;
+        float G = 0.0f;
+#pragma unroll 8
+        for (int u = 0; u < C; ++u) {
+            const float gp = G;
+            G += sG[u * N + j];
+            const float f = which == 0 ? expf(gp) : which == 1 ? expf(G) : expf(-G);
+            x[u * NP + j] *= f;
+        }
+        if (which == 0) sGam[j] = expf(G);
+    }
+    __syncthreads();
+
+    /* the four C x C matrices, a 2 x 2 tile of (t, s) per thread: t in {ti, ti + C/2}, s in
+     * {si, si + C/2} (consecutive threads take consecutive si: distinct banks) */
+    constexpr int HC = C / 2;
+    for (int e = tid; e < HC * HC; e += NT) {
+        const int ti = e / HC, si = e % HC;
+        float acc[4][2][2];
+#pragma unroll
+        for (int m = 0; m < 4; ++m)
+#pragma unroll
+            for (int x = 0; x < 2; ++x) acc[m][x][0] = acc[m][x][1] = 0.0f;
+#pragma unroll 4
+        for (int j = 0; j < N; j += 4) {
+            float4 ae[2], re[2], bi[2], ki[2];
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+                ae[x] = *reinterpret_cast<const float4*>(sA + (ti + x * HC) * NP + j);
+                re[x] = *reinterpret_cast<const float4*>(sR + (ti + x * HC) * NP + j);
+                bi[x] = *reinterpret_cast<const float4*>(sB + (si + x * HC) * NP + j);
+                ki[x] = *reinterpret_cast<const float4*>(sK + (si + x * HC) * NP + j);
+            }
+#pragma unroll
+            for (int x = 0; x < 2; ++x)
+#pragma unroll
+                for (int y = 0; y < 2; ++y) {
+                    acc[0][x][y] = fmaf(ae[x].x, bi[y].x, fmaf(ae[x].y, bi[y].y, fmaf(ae[x].z, bi[y].z, fmaf(ae[x].w, bi[y].w, acc[0][x][y]))));
+                    acc[1][x][y] = fmaf(ae[x].x, ki[y].x, fmaf(ae[x].y, ki[y].y, fmaf(ae[x].z, ki[y].z, fmaf(ae[x].w, ki[y].w, acc[1][x][y]))));
+                    acc[2][x][y] = fmaf(re[x].x, bi[y].x, fmaf(re[x].y, bi[y].y, fmaf(re[x].z, bi[y].z, fmaf(re[x].w, bi[y].w, acc[2][x][y]))));
+                    acc[3][x][y] = fmaf(re[x].x, ki[y].x, fmaf(re[x].y, ki[y].y, fmaf(re[x].z, ki[y].z, fmaf(re[x].w, ki[y].w, acc[3][x][y]))));
+                }
+        }
+#pragma unroll
+        for (int x = 0; x < 2; ++x)
+#pragma unroll
+            for (int y = 0; y < 2; ++y) {
+                const int t = ti + x * HC, sj = si + y * HC;
+                sM[0 * C * CP + t * CP + sj] = sj < t ? acc[0][x][y] : 0.0f;
+                sM[1 * C * CP + t * CP + sj] = sj < t ? acc[1][x][y] : 0.0f;
+                sM[2 * C * CP + t * CP + sj] = sj <= t ? acc[2][x][y] : 0.0f;
+                sM[3 * C * CP + t * CP + sj] = sj <= t ? acc[3][x][y] : 0.0f;
+            }
+    }
+    __syncthreads();
+
+    const float* Aab = sM;
+    const float* Aak = sM + C * CP;
+    const float* Arb = sM + 2 * C * CP;
+    const float* Ark = sM + 3 * C * CP;
+    if (tid < N) {
+        /* column j of W and Z: w_t = ae_t + sum_{s<t} Aab[t][s] w_s; z_t = re_t + sum_{s<=t}
+         * Arb[t][s] w_s; written as rows of WZ[j] */
+        const int j = tid;
+        float w[C];
+#pragma unroll
+        for (int t = 0; t < C; ++t) {
+            float acc = sA[t * NP + j];
+#pragma unroll
+            for (int u = 0; u < t; ++u) acc = fmaf(Aab[t * CP + u], w[u], acc);
+            w[t] = acc;
+        }
+        float4* out = reinterpret_cast<float4*>(ws + WS::WZ + (size_t)j * 2 * C);
+#pragma unroll
+        for (int t = 0; t < C; t += 4) out[t / 4] = make_float4(w[t], w[t + 1], w[t + 2], w[t + 3]);
+#pragma unroll
+        for (int t = 0; t < C; t += 4) {
+            float z[4];
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                float acc = sR[(t + x) * NP + j];
+#pragma unroll
+                for (int u = 0; u <= t + x; ++u) acc = fmaf(Arb[(t + x) * CP + u], w[u], acc);
+                z[x] = acc;
+            }
+            out[C / 4 + t / 4] = make_float4(z[0], z[1], z[2], z[3]);
+        }
+    } else if (tid < 2 * N) {
+        /* value row i: ul_t = sum_{s<t} Aak[t][s] v_s + Aab[t][s] ul_s; yl_t = sum_{s<=t}
+         * Ark[t][s] v_s + Arb[t][s] ul_s */
+        const int i = tid - N;
+        float v[C], ul[C];
+#pragma unroll
+        for (int t = 0; t < C; ++t) v[t] = sV[t * N + i];
+#pragma unroll
+        for (int t = 0; t < C; ++t) {
+            float acc = 0.0f, acc2 = 0.0f;
+#pragma unroll
+            for (int u = 0; u < t; ++u) {
+                acc = fmaf(Aak[t * CP + u], v[u], acc);
+                acc2 = fmaf(Aab[t * CP + u], ul[u], acc2);
+            }
+            ul[t] = acc + acc2;
+        }
+        /* sU aliases the log decays: every thread finished with them two barriers ago */
+#pragma unroll
+        for (int t = 0; t < C; ++t) sU[t * N + i] = ul[t];
+#pragma unroll
+        for (int t = 0; t < C; ++t) {
+            float acc = 0.0f, acc2 = 0.0f;
+#pragma unroll
+            for (int u = 0; u <= t; ++u) {
+                acc = fmaf(Ark[t * CP + u], v[u], acc);
+                acc2 = fmaf(Arb[t * CP + u], ul[u], acc2);
+            }
+            ws[WS::YL + (size_t)t * N + i] = acc + acc2;
+        }
+    }
+    __syncthreads();
+
+    /* L = gamma o (Ul^T Bi + V^T Ki) (bh_s = bi_s gamma), a 4 x 4 tile per thread; Bh; gamma */
+    for (int e = tid; e < (N / 4) * (N / 4); e += NT) {
+        const int iq = e / (N / 4), jq = e % (N / 4);
+        float acc[4][4];
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+#pragma unroll
+            for (int y = 0; y < 4; ++y) acc[x][y] = 0.0f;
+#pragma unroll 4
+        for (int u = 0; u < C; ++u) {
+            const float4 ul = *reinterpret_cast<const float4*>(sU + u * N + 4 * iq);
+            const float4 vv = *reinterpret_cast<const float4*>(sV + u * N + 4 * iq);
+            const float4 bi = *reinterpret_cast<const float4*>(sB + u * NP + 4 * jq);
+            const float4 ki = *reinterpret_cast<const float4*>(sK + u * NP + 4 * jq);
+            const float uv[4] = {ul.x, ul.y, ul.z, ul.w}, vx[4] = {vv.x, vv.y, vv.z, vv.w};
+            const float bx[4] = {bi.x, bi.y, bi.z, bi.w}, kx[4] = {ki.x, ki.y, ki.z, ki.w};
+#pragma unroll
+            for (int x = 0; x < 4; ++x)
+#pragma unroll
+                for (int y = 0; y < 4; ++y) acc[x][y] = fmaf(uv[x], bx[y], fmaf(vx[x], kx[y], acc[x][y]));
+        }
+        const float4 g = *reinterpret_cast<const float4*>(sGam + 4 * jq);
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+            *reinterpret_cast<float4*>(ws + WS::L + (size_t)(4 * iq + x) * N + 4 * jq) =
+                make_float4(acc[x][0] * g.x, acc[x][1] * g.y, acc[x][2] * g.z, acc[x][3] * g.w);
+    }
+    for (int e = tid; e < C * N; e += NT) {
+        const int u = e / N, j = e % N;
+        ws[WS::BH + e] = sB[u * NP + j] * sGam[j];
+    }
+    if (tid < N) ws[WS::GM + tid] = sGam[tid];
+}
+
+/* 16-byte asynchronous global -> shared copies (sm_80+), committed and waited per chunk. */
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+/* Shared memory of the state kernel, in floats: two chunk buffers (WZ [N][2C], Bh [C][N],
+ * Yl [C][RB] (the block's rows), L [RB][N], gamma [N]), the rows' state [RB][N], the
+ * chunk's S_e w_t [RB][C + 1] and y [C][RB]. */
+template <int N, int C, int RB>
+struct StateSmem {
+    static constexpr int WZ = 0, BH = WZ + 2 * N * C, YL = BH + C * N, L = YL + C * RB, GM = L + RB * N,
+                         BUF = GM + N;
+    static constexpr int S = 2 * BUF, PP = C + 1, P = S + RB * N, Y = P + RB * PP, FLOATS = Y + C * RB;
+    static_assert(BUF % 4 == 0 && (2 * N * C) % 4 == 0 && RB % 4 == 0, "float4 pieces");
+};
+
+template <int N, int C, int RB>
+__global__ void __launch_bounds__(RB * 16)
+    rwkv7_chunk_state_kernel(const __grid_constant__ Rwkv7ChunkParams p) {
+    using SM = StateSmem<N, C, RB>;
+    using WS = ChunkWs<N, C>;
+    constexpr int NT = RB * 16, Q = 16;              /* 16 threads per row */
+    constexpr int PC = 2 * C / Q, SC = N / Q;        /* WZ columns, state columns per thread */
+    static_assert(PC % 4 == 0 && SC % 4 == 0, "float4 columns");
+    extern __shared__ float4 smem4[];
+    float* sm = reinterpret_cast<float*>(smem4);
+    float* sS = sm + SM::S;
+    float* sP = sm + SM::P;
+    float* sY = sm + SM::Y;
+
+    const int tid = threadIdx.x, il = tid / Q, q = tid % Q;
+    constexpr int RBLK = N / RB;
+    const int64_t rb = blockIdx.x % RBLK, sh = blockIdx.x / RBLK;
+    const int64_t h = sh % p.H, s = sh / p.H;
+    const int i0 = (int)rb * RB, i = i0 + il;
+    const float* ws0 = p.ws + (size_t)sh * p.nc * WS::FLOATS;
+
+    auto prefetch = [&](int64_t c, int buf) {
+        const float* g = ws0 + (size_t)c * WS::FLOATS;
+        float* d = sm + buf * SM::BUF;
+        constexpr int nWZ = 2 * N * C / 4, nBH = C * N / 4, nYL = C * RB / 4, nL = RB * N / 4, nGM = N / 4;
+        constexpr int total = nWZ + nBH + nYL + nL + nGM;
+        for (int e = tid; e < total; e += NT) {
+            int x = e;
+            if (x < nWZ) { cp_async16(d + SM::WZ + 4 * x, g + WS::WZ + 4 * x); continue; }
+            x -= nWZ;
+            if (x < nBH) { cp_async16(d + SM::BH + 4 * x, g + WS::BH + 4 * x); continue; }
+            x -= nBH;
+            if (x < nYL) {
+                const int t = x / (RB / 4), f = x % (RB / 4);
+                cp_async16(d + SM::YL + t * RB + 4 * f, g + WS::YL + (size_t)t * N + i0 + 4 * f);
+                continue;
+            }
+            x -= nYL;
+            if (x < nL) { cp_async16(d + SM::L + 4 * x, g + WS::L + (size_t)i0 * N + 4 * x); continue; }
+            x -= nL;
+            cp_async16(d + SM::GM + 4 * x, g + WS::GM + 4 * x);
+        }
+        cp_async_commit();
+    };
+
+    if (p.nc > 0) prefetch(0, 0);
+    /* the thread's state: row i, columns q SC .. q SC + SC - 1 */
+    float S[SC];
+    {
+        const DevView& v = p.state_in;
+        const float* src = reinterpret_cast<const float*>(v.data);
+#pragma unroll
+        for (int x = 0; x < SC; ++x)
+            S[x] = src ? src[s * v.s[0] + h * v.s[1] + (int64_t)i * v.s[2] + (int64_t)(q * SC + x) * v.s[3]] : 0.0f;
+#pragma unroll
+        for (int x = 0; x < SC; ++x) sS[il * N + q * SC + x] = S[x];
+    }
+    const bool want_y = p.y.data != nullptr;
+    const int64_t by = want_y ? s * p.y.s[0] + h * p.y.s[2] : 0;
+
+    for (int64_t c = 0; c < p.nc; ++c) {
+        const int buf = (int)(c & 1);
+        cp_async_wait_all();
+        __syncthreads(); /* chunk c visible; sS complete; the other buffer, sP, sY free */
+        if (c + 1 < p.nc) prefetch(c + 1, buf ^ 1);
+        const float* cb = sm + buf * SM::BUF;
+
+        /* P[il][col] = sum_j S[i][j] WZ[j][col], columns q PC .. : S_e w_t, then S_e z_t */
+        {
+            float acc[PC], acc2[PC];
+#pragma unroll
+            for (int x = 0; x < PC; ++x) acc[x] = acc2[x] = 0.0f;
+#pragma unroll 4
+            for (int j = 0; j < N; j += 2) {
+                const float s0 = sS[il * N + j], s1 = sS[il * N + j + 1];
+#pragma unroll
+                for (int x = 0; x < PC; x += 4) {
+                    const float4 w0 = *reinterpret_cast<const float4*>(cb + SM::WZ + j * 2 * C + q * PC + x);
+                    const float4 w1 = *reinterpret_cast<const float4*>(cb + SM::WZ + (j + 1) * 2 * C + q * PC + x);
+                    acc[x] = fmaf(s0, w0.x, acc[x]);
+                    acc[x + 1] = fmaf(s0, w0.y, acc[x + 1]);
+                    acc[x + 2] = fmaf(s0, w0.z, acc[x + 2]);
+                    acc[x + 3] = fmaf(s0, w0.w, acc[x + 3]);
+                    acc2[x] = fmaf(s1, w1.x, acc2[x]);
+                    acc2[x + 1] = fmaf(s1, w1.y, acc2[x + 1]);
+                    acc2[x + 2] = fmaf(s1, w1.z, acc2[x + 2]);
+                    acc2[x + 3] = fmaf(s1, w1.w, acc2[x + 3]);
+                }
+            }
+#pragma unroll
+            for (int x = 0; x < PC; ++x) {
+                const int col = q * PC + x;
+                const float val = acc[x] + acc2[x];
+                if (col < C) sP[il * SM::PP + col] = val;
+                else sY[(col - C) * RB + il] = val + cb[SM::YL + (col - C) * RB + il];
+            }
+        }
+        __syncthreads();
+
+        /* S <- S o gamma + sum_t P[i][t] Bh[t] + L[i] */
+        {
+            float acc[SC], acc2[SC];
+#pragma unroll
+            for (int x = 0; x < SC; x += 4) {
+                const float4 g = *reinterpret_cast<const float4*>(cb + SM::GM + q * SC + x);
+                const float4 l = *reinterpret_cast<const float4*>(cb + SM::L + il * N + q * SC + x);
+                acc[x] = fmaf(S[x], g.x, l.x);
+                acc[x + 1] = fmaf(S[x + 1], g.y, l.y);
+                acc[x + 2] = fmaf(S[x + 2], g.z, l.z);
+                acc[x + 3] = fmaf(S[x + 3], g.w, l.w);
+                acc2[x] = acc2[x + 1] = acc2[x + 2] = acc2[x + 3] = 0.0f;
+            }
+#pragma unroll 4
+            for (int t = 0; t < C; t += 2) {
+                const float p0 = sP[il * SM::PP + t], p1 = sP[il * SM::PP + t + 1];
+#pragma unroll
+                for (int x = 0; x < SC; x += 4) {
+                    const float4 b0 = *reinterpret_cast<const float4*>(cb + SM::BH + t * N + q * SC + x);
+                    const float4 b1 = *reinterpret_cast<const float4*>(cb + SM::BH + (t + 1) * N + q * SC + x);
+                    acc[x] = fmaf(p0, b0.x, acc[x]);
+                    acc[x + 1] = fmaf(p0, b0.y, acc[x + 1]);
+                    acc[x + 2] = fmaf(p0, b0.z, acc[x + 2]);
+                    acc[x + 3] = fmaf(p0, b0.w, acc[x + 3]);
+                    acc2[x] = fmaf(p1, b1.x, acc2[x]);
+                    acc2[x + 1] = fmaf(p1, b1.y, acc2[x + 1]);
+                    acc2[x + 2] = fmaf(p1, b1.z, acc2[x + 2]);
+                    acc2[x + 3] = fmaf(p1, b1.w, acc2[x + 3]);
+                }
+            }
+#pragma unroll
+            for (int x = 0; x < SC; ++x) {
+                S[x] = acc[x] + acc2[x];
+                sS[il * N + q * SC + x] = S[x];
+            }
+        }
+        /* the chunk's y for the block's rows: RB consecutive values per token */
+        if (want_y) {
+            const int64_t tc = c * C;
+            for (int e = tid; e < C * RB; e += NT) {
+                const int u = e / RB, r = e % RB;
+                const int64_t t = tc + u;
+                elem::store_if(p.y, by + min64(t, p.T - 1) * p.y.s[1] + (int64_t)(i0 + r) * p.y.s[3], sY[e], t < p.T);
+            }
+        }
+    }
+    const DevView& v = p.state_out;
+    if (v.data) {
+        float* dst = reinterpret_cast<float*>(v.data);
+#pragma unroll
+        for (int x = 0; x < SC; ++x)
+            dst[s * v.s[0] + h * v.s[1] + (int64_t)i * v.s[2] + (int64_t)(q * SC + x) * v.s[3]] = S[x];
+    }
+}
+
+constexpr int kChunk = 32; /* tokens per chunk (N = 64) */
+
+} // namespace
+
+int rwkv7_chunk_len(int N) { return N == 64 ? kChunk : 0; }
+
+size_t rwkv7_chunk_ws_bytes(int N, int64_t B, int64_t H, int64_t T) {
+    if (N != 64 || B <= 0 || H <= 0 || T <= 0) return 0;
+    const int64_t nc = (T + kChunk - 1) / kChunk;
+    return (size_t)B * (size_t)H * (size_t)nc * ChunkWs<64, kChunk>::FLOATS * sizeof(float);
+}
+
+int rwkv7_prepare_chunked(int N) {
+    if (N != 64) return (int)cudaErrorInvalidValue;
+    cudaError_t e = cudaFuncSetAttribute(rwkv7_chunk_local_kernel<64, kChunk>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)(LocalSmem<64, kChunk>::FLOATS * sizeof(float)));
+    if (e != cudaSuccess) return (int)e;
+    return (int)cudaFuncSetAttribute(rwkv7_chunk_state_kernel<64, kChunk, kRowsPerBlock>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)(StateSmem<64, kChunk, kRowsPerBlock>::FLOATS * sizeof(float)));
+}
+
+int rwkv7_launch_chunked(int N, const Rwkv7ChunkParams& p, void* stream) {
+    if (N != 64) return (int)cudaErrorInvalidValue;
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    const int64_t heads = p.B * p.H;
+    rwkv7_chunk_local_kernel<64, kChunk><<<(unsigned)(heads * p.nc), kLocalThreads,
+                                           LocalSmem<64, kChunk>::FLOATS * sizeof(float), st>>>(p);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    rwkv7_chunk_state_kernel<64, kChunk, kRowsPerBlock><<<(unsigned)(heads * (64 / kRowsPerBlock)), kRowsPerBlock * 16,
+                                                          StateSmem<64, kChunk, kRowsPerBlock>::FLOATS * sizeof(float), st>>>(p);
+    return (int)cudaGetLastError();
+}
+
+} // namespace wkv_cuda
