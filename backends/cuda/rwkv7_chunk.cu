@@ -20,13 +20,16 @@
  *     S_exit = S_e o gamma (per column) + (S_e W) Bh + L,   L = Ul^T Bh + V^T Kh   (N x N)
  *     y_t    = S_e z_t + yl_t,   z_t = r_t o exp(G_t) + sum_{s<=t} Arb[t][s] w_s,
  *                                yl_t = sum_{s<=t} Arb[t][s] ul_s + Ark[t][s] v_s.
- * Two kernels:
+ * Three kernels:
  *   1. rwkv7_chunk_local_kernel, one block per (sequence, head, chunk), all in parallel: the
  *      chunk's W | Z (N x 2C), Bh (C x N), Yl (C x N), L (N x N) and gamma (N) into the
  *      workspace (rwkv7_chunk_ws_bytes; the host takes it from a stream-ordered pool);
  *   2. rwkv7_chunk_state_kernel, one block per (sequence, head, RB value rows): walks the
- *      chunks in order from state_in, y_t = S_e z_t + yl_t for its rows, then the exit state;
- *      rows are independent, so a head's N rows are split over N / RB blocks.
+ *      chunks in order from state_in, storing each chunk's entry state S_e over its L (already
+ *      consumed), then the exit state; rows are independent, so a head's N rows are split over
+ *      N / RB blocks;
+ *   3. rwkv7_chunk_output_kernel, one block per (sequence, head, chunk), all in parallel:
+ *      y_t = S_e z_t + yl_t.
  * All arithmetic is float32 (fp32 FMA, no tensor cores): the tests hold the CUDA backend to
  * 2e-5 relative against the CPU backend in f32, which TF32/BF16 products would not meet.
  *
@@ -80,7 +83,7 @@ __device__ __forceinline__ float clampw_log_decay(float w) {
 }
 
 template <int N, int C>
-__global__ void __launch_bounds__(kLocalThreads)
+__global__ void __launch_bounds__(kLocalThreads, 2)
     rwkv7_chunk_local_kernel(const __grid_constant__ Rwkv7ChunkParams p) {
     using SM = LocalSmem<N, C>;
     using WS = ChunkWs<N, C>;
@@ -165,6 +168,7 @@ __global__ void __launch_bounds__(kLocalThreads)
             for (int x = 0; x < 2; ++x)
 #pragma unroll
                 for (int y = 0; y < 2; ++y) {
+                    if (x == 0 && y == 1) continue; /* s >= C/2 > t: above the diagonal, all zero */
                     acc[0][x][y] = fmaf(ae[x].x, bi[y].x, fmaf(ae[x].y, bi[y].y, fmaf(ae[x].z, bi[y].z, fmaf(ae[x].w, bi[y].w, acc[0][x][y]))));
                     acc[1][x][y] = fmaf(ae[x].x, ki[y].x, fmaf(ae[x].y, ki[y].y, fmaf(ae[x].z, ki[y].z, fmaf(ae[x].w, ki[y].w, acc[1][x][y]))));
                     acc[2][x][y] = fmaf(re[x].x, bi[y].x, fmaf(re[x].y, bi[y].y, fmaf(re[x].z, bi[y].z, fmaf(re[x].w, bi[y].w, acc[2][x][y]))));
@@ -188,62 +192,54 @@ __global__ void __launch_bounds__(kLocalThreads)
     const float* Aak = sM + C * CP;
     const float* Arb = sM + 2 * C * CP;
     const float* Ark = sM + 3 * C * CP;
+    /* The triangular solves, right-looking: once x_u is known its term goes into every later
+     * accumulator, so the dependent chain is one FMA per step (C steps), not one per term. */
     if (tid < N) {
         /* column j of W and Z: w_t = ae_t + sum_{s<t} Aab[t][s] w_s; z_t = re_t + sum_{s<=t}
          * Arb[t][s] w_s; written as rows of WZ[j] */
         const int j = tid;
-        float w[C];
+        float w[C], z[C];
 #pragma unroll
-        for (int t = 0; t < C; ++t) {
-            float acc = sA[t * NP + j];
+        for (int t = 0; t < C; ++t) w[t] = sA[t * NP + j], z[t] = sR[t * NP + j];
 #pragma unroll
-            for (int u = 0; u < t; ++u) acc = fmaf(Aab[t * CP + u], w[u], acc);
-            w[t] = acc;
+        for (int u = 0; u < C; ++u) {
+#pragma unroll
+            for (int t = u + 1; t < C; ++t) w[t] = fmaf(Aab[t * CP + u], w[u], w[t]);
+#pragma unroll
+            for (int t = u; t < C; ++t) z[t] = fmaf(Arb[t * CP + u], w[u], z[t]);
         }
         float4* out = reinterpret_cast<float4*>(ws + WS::WZ + (size_t)j * 2 * C);
 #pragma unroll
         for (int t = 0; t < C; t += 4) out[t / 4] = make_float4(w[t], w[t + 1], w[t + 2], w[t + 3]);
 #pragma unroll
-        for (int t = 0; t < C; t += 4) {
-            float z[4];
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-                float acc = sR[(t + x) * NP + j];
-#pragma unroll
-                for (int u = 0; u <= t + x; ++u) acc = fmaf(Arb[(t + x) * CP + u], w[u], acc);
-                z[x] = acc;
-            }
-            out[C / 4 + t / 4] = make_float4(z[0], z[1], z[2], z[3]);
-        }
+        for (int t = 0; t < C; t += 4) out[C / 4 + t / 4] = make_float4(z[t], z[t + 1], z[t + 2], z[t + 3]);
     } else if (tid < 2 * N) {
         /* value row i: ul_t = sum_{s<t} Aak[t][s] v_s + Aab[t][s] ul_s; yl_t = sum_{s<=t}
          * Ark[t][s] v_s + Arb[t][s] ul_s */
         const int i = tid - N;
-        float v[C], ul[C];
+        float ul[C], yl[C];
 #pragma unroll
-        for (int t = 0; t < C; ++t) v[t] = sV[t * N + i];
+        for (int t = 0; t < C; ++t) ul[t] = 0.0f, yl[t] = 0.0f;
 #pragma unroll
-        for (int t = 0; t < C; ++t) {
-            float acc = 0.0f, acc2 = 0.0f;
+        for (int u = 0; u < C; ++u) {
+            const float v = sV[u * N + i];
 #pragma unroll
-            for (int u = 0; u < t; ++u) {
-                acc = fmaf(Aak[t * CP + u], v[u], acc);
-                acc2 = fmaf(Aab[t * CP + u], ul[u], acc2);
-            }
-            ul[t] = acc + acc2;
+            for (int t = u + 1; t < C; ++t) ul[t] = fmaf(Aak[t * CP + u], v, ul[t]);
+#pragma unroll
+            for (int t = u; t < C; ++t) yl[t] = fmaf(Ark[t * CP + u], v, yl[t]);
+        }
+#pragma unroll
+        for (int u = 0; u < C; ++u) {
+#pragma unroll
+            for (int t = u + 1; t < C; ++t) ul[t] = fmaf(Aab[t * CP + u], ul[u], ul[t]);
+#pragma unroll
+            for (int t = u; t < C; ++t) yl[t] = fmaf(Arb[t * CP + u], ul[u], yl[t]);
         }
         /* sU aliases the log decays: every thread finished with them two barriers ago */
 #pragma unroll
-        for (int t = 0; t < C; ++t) sU[t * N + i] = ul[t];
-#pragma unroll
         for (int t = 0; t < C; ++t) {
-            float acc = 0.0f, acc2 = 0.0f;
-#pragma unroll
-            for (int u = 0; u <= t; ++u) {
-                acc = fmaf(Ark[t * CP + u], v[u], acc);
-                acc2 = fmaf(Arb[t * CP + u], ul[u], acc2);
-            }
-            ws[WS::YL + (size_t)t * N + i] = acc + acc2;
+            sU[t * N + i] = ul[t];
+            ws[WS::YL + (size_t)t * N + i] = yl[t];
         }
     }
     __syncthreads();
@@ -290,55 +286,54 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-/* Shared memory of the state kernel, in floats: two chunk buffers (WZ [N][2C], Bh [C][N],
- * Yl [C][RB] (the block's rows), L [RB][N], gamma [N]), the rows' state [RB][N], the
- * chunk's S_e w_t [RB][C + 1] and y [C][RB]. */
+/* Shared memory of the state kernel, in floats: two chunk buffers (W [N][C], Bh [C][N], L [RB][N]
+ * (the block's rows), gamma [N]), the rows' state [RB][N] and the chunk's S_e w_t [RB][C + 1]. */
 template <int N, int C, int RB>
 struct StateSmem {
-    static constexpr int WZ = 0, BH = WZ + 2 * N * C, YL = BH + C * N, L = YL + C * RB, GM = L + RB * N,
-                         BUF = GM + N;
-    static constexpr int S = 2 * BUF, PP = C + 1, P = S + RB * N, Y = P + RB * PP, FLOATS = Y + C * RB;
-    static_assert(BUF % 4 == 0 && (2 * N * C) % 4 == 0 && RB % 4 == 0, "float4 pieces");
+    static constexpr int W = 0, BH = W + N * C, L = BH + C * N, GM = L + RB * N, BUF = GM + N;
+    static constexpr int S = 2 * BUF, PP = C + 1, P = S + RB * N, FLOATS = P + RB * PP;
+    static_assert(BUF % 4 == 0 && C % 4 == 0 && RB % 4 == 0, "float4 pieces");
 };
 
+/* The walk: for each chunk in order, S_e (the rows' state) replaces the chunk's L rows in the
+ * workspace (L was copied to shared memory first; the output kernel reads S_e there), then
+ * S <- S o gamma + (S_e W) Bh + L. The outputs are left to rwkv7_chunk_output_kernel, so
+ * the sequential part does 3 N C flops per row and chunk, not 5. */
 template <int N, int C, int RB>
 __global__ void __launch_bounds__(RB * 16)
     rwkv7_chunk_state_kernel(const __grid_constant__ Rwkv7ChunkParams p) {
     using SM = StateSmem<N, C, RB>;
     using WS = ChunkWs<N, C>;
-    constexpr int NT = RB * 16, Q = 16;              /* 16 threads per row */
-    constexpr int PC = 2 * C / Q, SC = N / Q;        /* WZ columns, state columns per thread */
-    static_assert(PC % 4 == 0 && SC % 4 == 0, "float4 columns");
+    constexpr int NT = RB * 16, Q = 16;       /* 16 threads per row */
+    constexpr int PC = C / Q, SC = N / Q;     /* W columns, state columns per thread */
+    static_assert(PC == 2 && SC % 4 == 0, "thread columns");
     extern __shared__ float4 smem4[];
     float* sm = reinterpret_cast<float*>(smem4);
     float* sS = sm + SM::S;
     float* sP = sm + SM::P;
-    float* sY = sm + SM::Y;
 
     const int tid = threadIdx.x, il = tid / Q, q = tid % Q;
     constexpr int RBLK = N / RB;
     const int64_t rb = blockIdx.x % RBLK, sh = blockIdx.x / RBLK;
     const int64_t h = sh % p.H, s = sh / p.H;
     const int i0 = (int)rb * RB, i = i0 + il;
-    const float* ws0 = p.ws + (size_t)sh * p.nc * WS::FLOATS;
+    float* ws0 = p.ws + (size_t)sh * p.nc * WS::FLOATS;
 
     auto prefetch = [&](int64_t c, int buf) {
         const float* g = ws0 + (size_t)c * WS::FLOATS;
         float* d = sm + buf * SM::BUF;
-        constexpr int nWZ = 2 * N * C / 4, nBH = C * N / 4, nYL = C * RB / 4, nL = RB * N / 4, nGM = N / 4;
-        constexpr int total = nWZ + nBH + nYL + nL + nGM;
+        constexpr int nW = N * C / 4, nBH = C * N / 4, nL = RB * N / 4, nGM = N / 4;
+        constexpr int total = nW + nBH + nL + nGM;
         for (int e = tid; e < total; e += NT) {
             int x = e;
-            if (x < nWZ) { cp_async16(d + SM::WZ + 4 * x, g + WS::WZ + 4 * x); continue; }
-            x -= nWZ;
-            if (x < nBH) { cp_async16(d + SM::BH + 4 * x, g + WS::BH + 4 * x); continue; }
-            x -= nBH;
-            if (x < nYL) {
-                const int t = x / (RB / 4), f = x % (RB / 4);
-                cp_async16(d + SM::YL + t * RB + 4 * f, g + WS::YL + (size_t)t * N + i0 + 4 * f);
+            if (x < nW) { /* W: the first C of each WZ row */
+                const int j = x / (C / 4), f = x % (C / 4);
+                cp_async16(d + SM::W + j * C + 4 * f, g + WS::WZ + (size_t)j * 2 * C + 4 * f);
                 continue;
             }
-            x -= nYL;
+            x -= nW;
+            if (x < nBH) { cp_async16(d + SM::BH + 4 * x, g + WS::BH + 4 * x); continue; }
+            x -= nBH;
             if (x < nL) { cp_async16(d + SM::L + 4 * x, g + WS::L + (size_t)i0 * N + 4 * x); continue; }
             x -= nL;
             cp_async16(d + SM::GM + 4 * x, g + WS::GM + 4 * x);
@@ -358,45 +353,36 @@ __global__ void __launch_bounds__(RB * 16)
 #pragma unroll
         for (int x = 0; x < SC; ++x) sS[il * N + q * SC + x] = S[x];
     }
-    const bool want_y = p.y.data != nullptr;
-    const int64_t by = want_y ? s * p.y.s[0] + h * p.y.s[2] : 0;
 
     for (int64_t c = 0; c < p.nc; ++c) {
         const int buf = (int)(c & 1);
         cp_async_wait_all();
-        __syncthreads(); /* chunk c visible; sS complete; the other buffer, sP, sY free */
+        __syncthreads(); /* chunk c visible; sS complete; the other buffer and sP free */
         if (c + 1 < p.nc) prefetch(c + 1, buf ^ 1);
         const float* cb = sm + buf * SM::BUF;
-
-        /* P[il][col] = sum_j S[i][j] WZ[j][col], columns q PC .. : S_e w_t, then S_e z_t */
+        /* S_e of the rows over the chunk's L rows (copied to shared memory above) */
         {
-            float acc[PC], acc2[PC];
+            float* es = ws0 + (size_t)c * WS::FLOATS + WS::L + (size_t)i * N + q * SC;
 #pragma unroll
-            for (int x = 0; x < PC; ++x) acc[x] = acc2[x] = 0.0f;
-#pragma unroll 4
+            for (int x = 0; x < SC; x += 4)
+                *reinterpret_cast<float4*>(es + x) = make_float4(S[x], S[x + 1], S[x + 2], S[x + 3]);
+        }
+
+        /* P[il][t] = sum_j S[i][j] W[j][t], columns q PC .. q PC + PC - 1 */
+        {
+            float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
+#pragma unroll 8
             for (int j = 0; j < N; j += 2) {
                 const float s0 = sS[il * N + j], s1 = sS[il * N + j + 1];
-#pragma unroll
-                for (int x = 0; x < PC; x += 4) {
-                    const float4 w0 = *reinterpret_cast<const float4*>(cb + SM::WZ + j * 2 * C + q * PC + x);
-                    const float4 w1 = *reinterpret_cast<const float4*>(cb + SM::WZ + (j + 1) * 2 * C + q * PC + x);
-                    acc[x] = fmaf(s0, w0.x, acc[x]);
-                    acc[x + 1] = fmaf(s0, w0.y, acc[x + 1]);
-                    acc[x + 2] = fmaf(s0, w0.z, acc[x + 2]);
-                    acc[x + 3] = fmaf(s0, w0.w, acc[x + 3]);
-                    acc2[x] = fmaf(s1, w1.x, acc2[x]);
-                    acc2[x + 1] = fmaf(s1, w1.y, acc2[x + 1]);
-                    acc2[x + 2] = fmaf(s1, w1.z, acc2[x + 2]);
-                    acc2[x + 3] = fmaf(s1, w1.w, acc2[x + 3]);
-                }
+                const float2 w0 = *reinterpret_cast<const float2*>(cb + SM::W + j * C + q * PC);
+                const float2 w1 = *reinterpret_cast<const float2*>(cb + SM::W + (j + 1) * C + q * PC);
+                a0 = fmaf(s0, w0.x, a0);
+                a1 = fmaf(s0, w0.y, a1);
+                b0 = fmaf(s1, w1.x, b0);
+                b1 = fmaf(s1, w1.y, b1);
             }
-#pragma unroll
-            for (int x = 0; x < PC; ++x) {
-                const int col = q * PC + x;
-                const float val = acc[x] + acc2[x];
-                if (col < C) sP[il * SM::PP + col] = val;
-                else sY[(col - C) * RB + il] = val + cb[SM::YL + (col - C) * RB + il];
-            }
+            sP[il * SM::PP + q * PC] = a0 + b0;
+            sP[il * SM::PP + q * PC + 1] = a1 + b1;
         }
         __syncthreads();
 
@@ -436,15 +422,6 @@ __global__ void __launch_bounds__(RB * 16)
                 sS[il * N + q * SC + x] = S[x];
             }
         }
-        /* the chunk's y for the block's rows: RB consecutive values per token */
-        if (want_y) {
-            const int64_t tc = c * C;
-            for (int e = tid; e < C * RB; e += NT) {
-                const int u = e / RB, r = e % RB;
-                const int64_t t = tc + u;
-                elem::store_if(p.y, by + min64(t, p.T - 1) * p.y.s[1] + (int64_t)(i0 + r) * p.y.s[3], sY[e], t < p.T);
-            }
-        }
     }
     const DevView& v = p.state_out;
     if (v.data) {
@@ -452,6 +429,70 @@ __global__ void __launch_bounds__(RB * 16)
 #pragma unroll
         for (int x = 0; x < SC; ++x)
             dst[s * v.s[0] + h * v.s[1] + (int64_t)i * v.s[2] + (int64_t)(q * SC + x) * v.s[3]] = S[x];
+    }
+}
+
+/* Outputs, one block per (sequence, head, chunk), all in parallel after the walk:
+ * y_t[i] = sum_j S_e[i][j] z_t[j] + yl_t[i], S_e from the chunk's L area (the walk put it
+ * there). Thread (i, tg) computes rows i for tokens 8 tg .. 8 tg + 7. */
+constexpr int kOutThreads = 256;
+
+template <int N, int C>
+struct OutSmem {
+    static constexpr int SP = N + 1; /* state rows, padded: 8 rows per warp in distinct banks */
+    static constexpr int S = 0, Z = S + N * SP, Y = Z + N * C, FLOATS = Y + C * N;
+};
+
+template <int N, int C>
+__global__ void __launch_bounds__(kOutThreads)
+    rwkv7_chunk_output_kernel(const __grid_constant__ Rwkv7ChunkParams p) {
+    using SM = OutSmem<N, C>;
+    using WS = ChunkWs<N, C>;
+    constexpr int NT = kOutThreads, TG = NT / N, TPT = C / TG; /* token groups, tokens per thread */
+    static_assert(NT % N == 0 && C % TG == 0 && TPT % 4 == 0, "output tile");
+    extern __shared__ float4 smem4[];
+    float* sm = reinterpret_cast<float*>(smem4);
+    const int tid = threadIdx.x;
+    const int64_t c = blockIdx.x % p.nc, sh = blockIdx.x / p.nc;
+    const int64_t h = sh % p.H, s = sh / p.H;
+    const float* ws = p.ws + (size_t)blockIdx.x * WS::FLOATS;
+    for (int e = tid; e < N * N / 4; e += NT) {
+        const int i = e / (N / 4), jq = e % (N / 4);
+        const float4 x = *reinterpret_cast<const float4*>(ws + WS::L + (size_t)i * N + 4 * jq);
+        float* d = sm + SM::S + i * SM::SP + 4 * jq;
+        d[0] = x.x, d[1] = x.y, d[2] = x.z, d[3] = x.w;
+    }
+    for (int e = tid; e < N * C / 4; e += NT) {
+        const int j = e / (C / 4), f = e % (C / 4);
+        *reinterpret_cast<float4*>(sm + SM::Z + j * C + 4 * f) =
+            *reinterpret_cast<const float4*>(ws + WS::WZ + (size_t)j * 2 * C + C + 4 * f);
+    }
+    __syncthreads();
+    const int i = tid / TG, tg = tid % TG;
+    float acc[TPT];
+#pragma unroll
+    for (int x = 0; x < TPT; ++x) acc[x] = 0.0f;
+#pragma unroll 4
+    for (int j = 0; j < N; ++j) {
+        const float sv = sm[SM::S + i * SM::SP + j];
+#pragma unroll
+        for (int x = 0; x < TPT; x += 4) {
+            const float4 z = *reinterpret_cast<const float4*>(sm + SM::Z + j * C + tg * TPT + x);
+            acc[x] = fmaf(sv, z.x, acc[x]);
+            acc[x + 1] = fmaf(sv, z.y, acc[x + 1]);
+            acc[x + 2] = fmaf(sv, z.z, acc[x + 2]);
+            acc[x + 3] = fmaf(sv, z.w, acc[x + 3]);
+        }
+    }
+#pragma unroll
+    for (int x = 0; x < TPT; ++x) sm[SM::Y + (tg * TPT + x) * N + i] = acc[x];
+    __syncthreads();
+    const int64_t by = s * p.y.s[0] + h * p.y.s[2], t0 = c * C;
+    for (int e = tid; e < C * N; e += NT) {
+        const int u = e / N, r = e % N;
+        const int64_t t = t0 + u;
+        const float y = sm[SM::Y + e] + ws[WS::YL + e];
+        elem::store_if(p.y, by + min64(t, p.T - 1) * p.y.s[1] + (int64_t)r * p.y.s[3], y, t < p.T);
     }
 }
 
@@ -472,9 +513,11 @@ int rwkv7_prepare_chunked(int N) {
     cudaError_t e = cudaFuncSetAttribute(rwkv7_chunk_local_kernel<64, kChunk>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)(LocalSmem<64, kChunk>::FLOATS * sizeof(float)));
     if (e != cudaSuccess) return (int)e;
-    return (int)cudaFuncSetAttribute(rwkv7_chunk_state_kernel<64, kChunk, kRowsPerBlock>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)(StateSmem<64, kChunk, kRowsPerBlock>::FLOATS * sizeof(float)));
+    e = cudaFuncSetAttribute(rwkv7_chunk_state_kernel<64, kChunk, kRowsPerBlock>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)(StateSmem<64, kChunk, kRowsPerBlock>::FLOATS * sizeof(float)));
+    if (e != cudaSuccess) return (int)e;
+    return (int)cudaFuncSetAttribute(rwkv7_chunk_output_kernel<64, kChunk>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)(OutSmem<64, kChunk>::FLOATS * sizeof(float)));
 }
 
 int rwkv7_launch_chunked(int N, const Rwkv7ChunkParams& p, void* stream) {
@@ -487,6 +530,11 @@ int rwkv7_launch_chunked(int N, const Rwkv7ChunkParams& p, void* stream) {
     if (e != cudaSuccess) return (int)e;
     rwkv7_chunk_state_kernel<64, kChunk, kRowsPerBlock><<<(unsigned)(heads * (64 / kRowsPerBlock)), kRowsPerBlock * 16,
                                                           StateSmem<64, kChunk, kRowsPerBlock>::FLOATS * sizeof(float), st>>>(p);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    if (!p.y.data) return (int)cudaSuccess;
+    rwkv7_chunk_output_kernel<64, kChunk><<<(unsigned)(heads * p.nc), kOutThreads, OutSmem<64, kChunk>::FLOATS * sizeof(float),
+                                            st>>>(p);
     return (int)cudaGetLastError();
 }
 
