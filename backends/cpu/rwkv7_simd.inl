@@ -266,7 +266,9 @@ void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scr
  *   - the replay of a segment keeps, per token, sa (from its sweep) and dr = S_t^T dy (the
  *     state it has just made), so the backward sweep needs only S_{t-1}, never S_t;
  *   - the backward sweep is one pass per kRows rows for g = dS + dy r^T with dk, db, dd and the
- *     dv, dsa sums, and a second for da and dS = g decay + dsa a^T.
+ *     dv, dsa sums, and a second for da = Sp^T dsa; the state update dS = g decay + dsa a^T is
+ *     deferred into the next token's first pass (and done alone after a segment's first token),
+ *     so each token reads and writes dS once (NOTES.md, step 21).
  * Workspace (floats), with G = the group, R = min(K, max_s L_s):
  *   checkpoints = H * (sum_s ceil(L_s / K)) * Np^2   (as rwkv7.cpp's, N padded to Np)
  *   chunk       = (G + R) * Np^2 + G * R * kTokRows * Np + Np
@@ -345,19 +347,30 @@ inline void prefetch_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_
     }
 }
 
-/* One backward step over the rows of dS (row stride Np): on entry the gradient w.r.t. S_t, on
- * exit w.r.t. S_{t-1} (Sp, row stride sps). Writes dv (per row) and the sums over rows dk, db,
- * dd, da (see rwkv7.cpp). */
-template <int NV>
-inline void backward_rows(float* dS, const float* Sp, int64_t sps_rt, int nv_rt, int64_t Np_rt,
-                          const Tok7& x, float* __restrict dk, float* __restrict db,
-                          float* __restrict dd, float* __restrict da,
-                          float* __restrict dv) noexcept {
+/* One backward step over the rows of dS (row stride Np), token t, whose record (load_tok7's
+ * rows, kTokRows * Np floats) is `rec`; token t+1's record follows it (rec + kTokRows Np). The
+ * update of dS from token t+1 (dS_t = g_{t+1} decay_{t+1} + dsa_{t+1} a_{t+1}^T) is deferred
+ * into this step's first pass (kPend), so that the state is read and written once per token:
+ *   entry, kPend:  dS = g_{t+1}, and token t+1's record holds dsa_{t+1} in its sa row;
+ *   entry, !kPend: dS = the gradient w.r.t. S_t (the segment's last token: nothing pending);
+ *   exit:          dS = g_t = dS_t + dy_t r_t^T, and dsa_t in token t's sa row (each sa_t is
+ *                  read before it is overwritten), for the next step or apply_pending7.
+ * Writes the record's dv, dk, db, da rows and the sum over rows dd (see rwkv7.cpp), with the
+ * old order of every float operation (the deferred update is the same mul and fma, later).
+ * Every row is addressed from rec with compile-time offsets (NV > 0): the pass then needs a
+ * handful of general registers, where a pointer per row spilled them (NOTES.md, step 21). */
+template <int NV, bool kPend>
+inline void backward_rows(float* dS, const float* Sp, float* rec, float* __restrict dd,
+                          int nv_rt, int64_t Np_rt) noexcept {
     const int nv = NV ? NV : nv_rt;
-    /* compile-time row strides for NV > 0 (every caller passes sps = Np): the rows of a group
-     * are then one base register plus constant offsets, not 2 kRows pointers in registers */
     const int64_t Np = NV ? (int64_t)NV * W : Np_rt;
-    const int64_t sps = NV ? (int64_t)NV * W : sps_rt;
+    /* the record's rows (record7's order) and the gradient rows after them */
+    const float *r = rec, *k = rec + Np, *v = rec + 2 * Np, *b = rec + 4 * Np,
+                *dy = rec + 5 * Np;
+    float* dsa = rec + 8 * Np; /* sa_t, then dsa_t row by row */
+    float *dk = rec + 11 * Np, *dv = rec + 12 * Np, *da = rec + 13 * Np, *db = rec + 14 * Np;
+    const float* next = rec + kTokRows * Np; /* token t+1's record (kPend) */
+    const float *pa = next + 3 * Np, *pdecay = next + 6 * Np, *pdsa = next + 8 * Np;
     for (int64_t j = 0; j < Np; j += W) {
         V::store(dk + j, V::zero());
         V::store(db + j, V::zero());
@@ -365,38 +378,39 @@ inline void backward_rows(float* dS, const float* Sp, int64_t sps_rt, int nv_rt,
         V::store(da + j, V::zero());
     }
     for (int64_t ib = 0; ib < Np; ib += kRows) {
-        float* g[kRows];
-        const float* sp[kRows];
+        float* g = dS + ib * Np;
+        const float* sp = Sp + ib * Np;
+        /* per-row scalars: dy and the pending dsa held as broadcasts; v and sa, read once per
+         * vector, as broadcasts from memory into the FMA (V::fma_bm), which keeps the pass
+         * inside AVX-512's 32 registers */
+        T dyb[kRows], pdb[kRows];
 #pragma GCC unroll 16
         for (int u = 0; u < kRows; ++u) {
-            g[u] = dS + (ib + u) * Np;
-            sp[u] = Sp + (ib + u) * sps;
-        }
-        T dyb[kRows], vb[kRows], sab[kRows];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows; ++u) { /* load-port broadcasts (see step_rows) */
-            dyb[u] = V::bcast_mem(x.dy + ib + u);
-            vb[u] = V::bcast_mem(x.v + ib + u);
-            sab[u] = V::bcast_mem(x.sa + ib + u);
+            dyb[u] = V::bcast_mem(dy + ib + u);
+            if (kPend) pdb[u] = V::bcast_mem(pdsa + ib + u);
         }
 
-        /* g = dS + dy r^T (stored);  dk += g^T v;  db += g^T sa;  dd += sum_i g * Sp;
-         * cv = g . k (dv);  cb = g . b (dsa) */
+        /* g = dS_t + dy r^T, dS_t = g' decay' + dsa' a'^T (kPend; ' = token t+1) (stored);
+         * dk += g^T v;  db += g^T sa;  dd += sum_i g * Sp;  cv = g . k (dv);  cb = g . b (dsa) */
         T cv[kRows], cb[kRows];
 #pragma GCC unroll 16
         for (int u = 0; u < kRows; ++u) cv[u] = cb[u] = V::zero();
 #pragma GCC unroll 16
         for (int q = 0; q < nv; ++q) {
             const int64_t o = (int64_t)q * W;
-            const T rv = V::load(x.r + o), kv = V::load(x.k + o), bv = V::load(x.b + o);
+            const T rv = V::load(r + o), kv = V::load(k + o), bv = V::load(b + o);
+            const T pdec = kPend ? V::load(pdecay + o) : V::zero();
+            const T pav = kPend ? V::load(pa + o) : V::zero();
             T dkv = V::load(dk + o), dbv = V::load(db + o), ddv = V::load(dd + o);
 #pragma GCC unroll 16
             for (int u = 0; u < kRows; ++u) {
-                const T gv = V::fma(dyb[u], rv, V::load(g[u] + o));
-                V::store(g[u] + o, gv);
-                dkv = V::fma(gv, vb[u], dkv);
-                dbv = V::fma(gv, sab[u], dbv);
-                ddv = V::fma(gv, V::load(sp[u] + o), ddv);
+                const T ds = kPend ? V::fma(V::load(g + u * Np + o), pdec, V::mul(pdb[u], pav))
+                                   : V::load(g + u * Np + o);
+                const T gv = V::fma(dyb[u], rv, ds);
+                V::store(g + u * Np + o, gv);
+                dkv = V::fma_bm(gv, v + ib + u, dkv);
+                dbv = V::fma_bm(gv, dsa + ib + u, dbv); /* still sa_t here */
+                ddv = V::fma(gv, V::load(sp + u * Np + o), ddv);
                 cv[u] = V::fma(gv, kv, cv[u]);
                 cb[u] = V::fma(gv, bv, cb[u]);
             }
@@ -404,29 +418,35 @@ inline void backward_rows(float* dS, const float* Sp, int64_t sps_rt, int nv_rt,
             V::store(db + o, dbv);
             V::store(dd + o, ddv);
         }
-        T dsab[kRows];
-        alignas(16) float dsa_mem[kRows];
 #pragma GCC unroll 16
         for (int u = 0; u < kRows; u += 4) {
             V::q_storeu(dv + ib + u, V::hsum4(cv[u], cv[u + 1], cv[u + 2], cv[u + 3]));
-            V::q_store(dsa_mem + u, V::hsum4(cb[u], cb[u + 1], cb[u + 2], cb[u + 3]));
+            V::q_storeu(dsa + ib + u, V::hsum4(cb[u], cb[u + 1], cb[u + 2], cb[u + 3]));
         }
+        T dsab[kRows];
 #pragma GCC unroll 16
-        for (int u = 0; u < kRows; ++u) dsab[u] = V::bcast_mem(dsa_mem + u);
+        for (int u = 0; u < kRows; ++u) dsab[u] = V::bcast_mem(dsa + ib + u);
 
-        /* da += Sp^T dsa;  dS = g decay + dsa a^T */
+        /* da += Sp^T dsa (dS's own update waits for the next step) */
 #pragma GCC unroll 16
         for (int q = 0; q < nv; ++q) {
             const int64_t o = (int64_t)q * W;
-            const T decv = V::load(x.decay + o), av = V::load(x.a + o);
             T dav = V::load(da + o);
 #pragma GCC unroll 16
-            for (int u = 0; u < kRows; ++u) {
-                dav = V::fma(V::load(sp[u] + o), dsab[u], dav);
-                V::store(g[u] + o, V::fma(V::load(g[u] + o), decv, V::mul(dsab[u], av)));
-            }
+            for (int u = 0; u < kRows; ++u) dav = V::fma(V::load(sp + u * Np + o), dsab[u], dav);
             V::store(da + o, dav);
         }
+    }
+}
+
+/* The deferred update of backward_rows, alone: dS = dS decay + dsa a^T with token x's rows
+ * (dsa in its sa row), at the end of a segment (the first token of the segment). */
+inline void apply_pending7(float* dS, int64_t Np, const Tok7& x) noexcept {
+    for (int64_t i = 0; i < Np; ++i) {
+        const T dsab = V::bcast_mem(x.sa + i);
+        float* g = dS + i * Np;
+        for (int64_t o = 0; o < Np; o += W)
+            V::store(g + o, V::fma(V::load(g + o), V::load(x.decay + o), V::mul(dsab, V::load(x.a + o))));
     }
 }
 
@@ -536,12 +556,14 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
                 const Tok7 x = record7(r, Np);
                 const float* Sp = u == 0 ? start : replay + (size_t)(u - 1) * n2; /* S_{t-1} */
                 float* dw = r + 10 * Np;
-                backward_rows<NV>(dS, Sp, Np, nv, Np, x, /* dk */ r + 11 * Np,
-                                  /* db */ r + 14 * Np, dd, /* da */ r + 13 * Np,
-                                  /* dv */ r + 12 * Np);
+                if (u + 1 == m)
+                    backward_rows<NV, false>(dS, Sp, r, dd, nv, Np);
+                else
+                    backward_rows<NV, true>(dS, Sp, r, dd, nv, Np); /* rec(j, u + 1) follows r */
                 for (int64_t jj = 0; jj < Np; jj += W)
                     V::store(dw + jj, V::mul(V::load(dd + jj), V::load(x.ddw + jj)));
             }
+            apply_pending7(dS, Np, record7(rec(j, 0), Np)); /* dS w.r.t. S_{ts-1} */
         }
         for (int64_t u = 0; u < m; ++u) {
             const int64_t t = ts + u;

@@ -6,6 +6,7 @@
  *   a*b + c, fnma(a,b,c) = c - a*b; comparisons ge eq lt gt (false where NaN) and finite
  *   (|a| < inf) to M; blend(m, a, b) = m ? a : b; scale2(x, n) = x * 2^n for integer-valued n;
  *   hsum4(a0..a3) -> the four lane sums as one Q; bcast<L>(Q) -> lane L everywhere;
+ *   bcast_mem(p) -> *p everywhere; fma_bm(a, p, c) = a * bcast_mem(p) + c;
  *   Q, a vector of 4 floats (what hsum4 returns), with q_store (16-byte aligned), q_storeu,
  *   q_loadu, q_set1 and q_fma; 16-bit loads and stores (f16 with F16C, bf16 by shifting;
  *   rounding to nearest even, NaN stays NaN). */
@@ -74,6 +75,16 @@ struct V {
         T r;
         __asm__("vbroadcastss %1, %0" : "=v"(r) : "m"(*p));
         return r;
+    }
+    /* c + a * (*p in every lane): AVX2 has no broadcast memory operand, so a broadcast load
+     * into a scratch register right before the FMA (re-read at every use: 16 registers hold
+     * no per-row broadcasts besides the sums) */
+    static inline T fma_bm(T a, const float* p, T c) {
+        T b;
+        __asm__("vbroadcastss %3, %1\n\tvfmadd231ps %1, %2, %0"
+                : "+v"(c), "=&v"(b)
+                : "v"(a), "m"(*p));
+        return c;
     }
     template <int L>
     static inline T bcast(Q x) {

@@ -74,6 +74,12 @@ struct V {
         __asm__("vbroadcastss %1, %0" : "=v"(r) : "m"(*p));
         return r;
     }
+    /* c + a * (*p in every lane), the broadcast folded into the FMA as a memory operand
+     * ({1to16}: a load-port operation, no register held for it) */
+    static inline T fma_bm(T a, const float* p, T c) {
+        __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(c) : "v"(a), "m"(*p));
+        return c;
+    }
     template <int L>
     static inline T bcast(Q x) {
         return _mm512_broadcastss_ps(_mm_shuffle_ps(x, x, _MM_SHUFFLE(L, L, L, L)));

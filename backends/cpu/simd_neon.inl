@@ -58,6 +58,7 @@ struct V {
         return vpaddq_f32(vpaddq_f32(a0, a1), vpaddq_f32(a2, a3));
     }
     static inline T bcast_mem(const float* p) { return vld1q_dup_f32(p); }
+    static inline T fma_bm(T a, const float* p, T c) { return vfmaq_f32(c, a, vld1q_dup_f32(p)); }
     template <int L>
     static inline T bcast(Q x) {
         return vdupq_laneq_f32(x, L);
