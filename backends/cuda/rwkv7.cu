@@ -15,7 +15,8 @@
  *     J(q) = { 4 (g L + q) + e : g < N / (4 L), e < 4 },   q = lane within the row group,
  * so a block has (N / R) * L threads (Tile below). Forward: R = 1 row (2 in the decode kernel
  * at large batch), L = P = 2 lanes, 2 N threads (N in that case); backward: N=32: R=2, L=8,
- * 128 threads; N=64: R=4, L=8, 128; N=128: R=2, L=8, 512. Token vectors (r, decay, k, a, b)
+ * 128 threads; N=64: R=4, L=8, 128; N=128: R=2, L=8, 512 (its column form: one column per
+ * LC = threads / N lanes, see BwdLayout). Token vectors (r, decay, k, a, b)
  * sit in shared memory; each float4 a thread reads serves its R rows. The float4 groups are
  * interleaved across the L lanes so a warp's reads hit distinct banks. Row sums (sa, y; in
  * backward dv and d sa) are butterfly-reduced over the L lanes of a row group (adjacent lanes
@@ -45,12 +46,12 @@
  *   B. for each segment, last first: stage its tokens (r w k v a b dy, decay, d decay/dw) in
  *      shared memory; for each K2-window of it, last first: reload the checkpoint, replay the
  *      tokens before the window in registers, then replay the window storing each state
- *      S_{t-1} and each sa_t in shared memory; then walk the window backwards with the state
- *      gradient dS held twice in registers:
- *        row form    (thread (rg, q): dS[R rows][J(q)])         -> dv, d sa    (row sums)
- *        column form (thread (cg, q): dS[I(q)][R columns], I(q) = { q + L m })
- *                                                               -> dk db da dd dr (column sums)
- *      so every sum is over the L lanes of one row/column group, never over the block:
+ *      S_{t-1} (in row quads, see BwdLayout), each sa_t and the per-warp partial sums of
+ *      sa_t . dy_t and v_t . dy_t in shared memory; then walk the window backwards with the
+ *      state gradient dS held twice in registers:
+ *        row form    (thread (rg, q): dS[R rows][J(q)])          -> dv, d sa    (row sums)
+ *        column form (thread (j, q): dS[rows of quads q + LC m][j]) -> dk db da dd dr (column sums)
+ *      so every sum is over the L (LC) lanes of one row (column), never over the block:
  *        g = dS + dy r^T;  dv = g k;  d sa = g b;  dk = g^T v;  db = g^T sa;
  *        da = S_{t-1}^T d sa;  dd = colsum(g o S_{t-1});  dw = dd * d decay / dw;
  *        dr = S_t^T dy = decay o (S_{t-1}^T dy) + b (sa . dy) + k (v . dy)   (S_t never stored)
@@ -265,26 +266,6 @@ __device__ __forceinline__ void store_state_rows(const DevView& v, int64_t s, in
             }
         }
     }
-}
-
-/* Column form: columns cg R + cc, rows I(q) = { q + L m } into D[R][C]; zeros if absent. */
-template <class T>
-__device__ __forceinline__ void load_state_cols(const DevView& v, int64_t s, int64_t h, int cg,
-                                                int q, float (&D)[T::R][T::C]) {
-    constexpr int R = T::R, L = T::L;
-    if (!v.data) {
-#pragma unroll
-        for (int cc = 0; cc < R; ++cc)
-#pragma unroll
-            for (int m = 0; m < T::C; ++m) D[cc][m] = 0.0f;
-        return;
-    }
-    const float* p = reinterpret_cast<const float*>(v.data);
-    const int64_t base = s * v.s[0] + h * v.s[1] + (int64_t)(cg * R) * v.s[3];
-#pragma unroll
-    for (int cc = 0; cc < R; ++cc)
-#pragma unroll
-        for (int m = 0; m < T::C; ++m) D[cc][m] = p[base + cc * v.s[3] + (int64_t)(q + L * m) * v.s[2]];
 }
 
 /* ---------------------------------------------------------------------- one forward step */
@@ -787,36 +768,44 @@ int forward_rows(int N, int64_t blocks, int sms) {
 /* ------------------------------------------------------------------------------ backward */
 
 /* Shared-memory layout of the backward, in floats (every region a multiple of 4 floats):
- *   tokens  K1 x [r d ddw k v a b dy : N each | v_p dy_p : PV each]
- *   states  K2 x N x NP        S_{t-1} of window token x at x (row-major, rows padded)
- *   sa_p    K2 x PV            sa of each window token, permuted
- *   dsa_p   2 x PV             d sa of the current token (double-buffered), permuted
+ *   tokens  K1 x [r d ddw k v a b dy : N each]
+ *   states  K2 x N x QS        S_{t-1} of window token x, in row quads (below)
+ *   sa      K2 x N             sa of each window token
+ *   dsa     2 x N              d sa of the current token (double-buffered)
+ *   sy      K2 x 2 x NW        per warp partial sums of sa . dy and v . dy of each window token
  *   out     K2 x 6 x N         the window's gradients (dr dw dk dv da db), written out by the
  *                              whole block after the window, coalesced
- * "Permuted" (_p) vectors hold element i at P(i) = (i % L) * (C + 4) + i / L, so the column-
- * form thread (cg, q) reads its rows I(q) = { q + L m } as consecutive float4s. State rows are
- * padded to NP = N + 8 floats, so the column form's float4/float2 reads of rows q + L m fall
- * in distinct banks across a warp. */
+ * Column form (the gradient sweep's column sums): thread (j, q) = (tid / LC, tid % LC) owns
+ * column j over the row quads qd = q + LC m (rows 4 qd .. 4 qd + 3), so a column's sums take
+ * log2(LC) shuffle levels (LC = 2 at N = 64, 4 at N = 32 / 128), and it reads its rows of the
+ * token vectors as float4s of the natural layout. A state is stored as float4 "quads"
+ * (S[4 qd + e][c], e < 4) at float4 index qd QS + swz(c): the replay's tile thread (rows of
+ * one quad, columns 4 (g L + q) + e) writes its rows of a column as one float4 (two floats at
+ * R = 2), the column-form thread reads one float4 per quad. swz(c) = c ^ ((c >> 2) & 7) puts the
+ * 8 columns a replay quarter-warp stores in distinct bank groups, and QS = N + 8 / LC
+ * puts the LC quads a column-form quarter-warp reads in distinct banks. */
 template <class T>
 struct BwdLayout {
-    static constexpr int N = T::N, L = T::L, C = T::C;
-    static constexpr int NP = N + 32 / L;
-    static constexpr int PV = L * (C + 4);
+    static constexpr int N = T::N;
+    static constexpr int LC = T::NT / N;       /* column form: lanes per column */
+    static constexpr int NQ = N / (4 * LC);    /* column form: row quads per thread */
+    static constexpr int QS = N + 8 / LC;     /* float4 slots per quad (padded) */
+    static constexpr int SF = N * QS;          /* floats per stored state */
+    static constexpr int NW = T::NT / 32;      /* warps */
     static constexpr int NOUT = 6; /* staged gradient rows per token: dr dw dk dv da db */
-    static constexpr int TOK = 8 * N + 2 * PV;
+    static constexpr int TOK = 8 * N;
+    static_assert((LC == 2 || LC == 4) && NQ >= 1 && NW % 4 == 0 && T::L == 8, "backward layout");
 };
 
 enum { T_R = 0, T_D, T_DDW, T_K, T_V, T_A, T_B, T_DY };
 
-template <class T>
-__device__ __forceinline__ int perm_index(int i) {
-    return (i % T::L) * (T::C + 4) + i / T::L;
-}
+/* Float4 slot of column c in a state quad (see BwdLayout). */
+__device__ __forceinline__ int swz(int c) { return c ^ ((c >> 2) & 7); }
 
 template <int N>
 size_t bwd_smem_floats(int K1, int K2) {
     using Lay = BwdLayout<typename BwdTile<N>::T>;
-    return (size_t)K1 * Lay::TOK + (size_t)K2 * N * Lay::NP + (size_t)K2 * Lay::PV + 2u * Lay::PV +
+    return (size_t)K1 * Lay::TOK + (size_t)K2 * Lay::SF + (size_t)K2 * N + 2u * N + (size_t)K2 * 2 * Lay::NW +
            (size_t)K2 * Lay::NOUT * N;
 }
 
@@ -834,20 +823,22 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     using Lay = BwdLayout<T>;
     static_assert(T::NT == bwd_threads(N), "block size");
     constexpr int R = T::R, L = T::L, C = T::C, G = T::G, TPJ = T::TPJ;
-    constexpr int NP = Lay::NP, PV = Lay::PV, TOK = Lay::TOK;
+    constexpr int TOK = Lay::TOK, LC = Lay::LC, NQ = Lay::NQ, QS = Lay::QS, SF = Lay::SF, NW = Lay::NW;
     constexpr int PERA = kMaxK1 / TPJ;
     extern __shared__ __align__(16) float smem[];
     const int K1 = p.K1, K2 = p.K2;
     float* s_tok = smem;
     float* s_states = s_tok + (size_t)K1 * TOK;
-    float* s_sa = s_states + (size_t)K2 * N * NP;
-    float* s_dsa = s_sa + (size_t)K2 * PV;
-    float* s_out = s_dsa + 2 * PV;
+    float* s_sa = s_states + (size_t)K2 * SF;
+    float* s_dsa = s_sa + (size_t)K2 * N;
+    float* s_sy = s_dsa + 2 * N;
+    float* s_out = s_sy + (size_t)K2 * 2 * NW;
     enum { O_DR = 0, O_DW, O_DK, O_DV, O_DA, O_DB };
     auto outv = [&](int x, int which) -> float* { return s_out + ((size_t)x * Lay::NOUT + which) * N; };
 
     const int tid = threadIdx.x;
-    const int rg = tid / L, q = tid % L;  /* row form: rows rg R..; column form: columns rg R.. */
+    const int rg = tid / L, q = tid % L;  /* replay and row form: rows rg R.., columns J(q) */
+    const int cj = tid / LC, cq = tid % LC; /* column form: column cj, quads cq + LC m */
     const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + TPJ x */
     const SeqPos pos = seq_pos(p.seq, p.H, p.T);
     const int64_t t0 = pos.t0, t1 = pos.t1, len = t1 - t0;
@@ -856,8 +847,6 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     float* ckpt = p.ckpt + ((size_t)seg0 * p.H + (size_t)pos.h * nseg) * (size_t)(N * N);
 
     auto tokv = [&](int u, int which) -> float* { return s_tok + (size_t)u * TOK + which * N; };
-    auto tok_vp = [&](int u) -> float* { return s_tok + (size_t)u * TOK + 8 * N; };
-    auto tok_dyp = [&](int u) -> float* { return s_tok + (size_t)u * TOK + 8 * N + PV; };
 
     const int64_t br = tok_base(p.r, pos.batch, pos.h) + sj * p.r.s[3];
     const int64_t bw = tok_base(p.w, pos.batch, pos.h) + sj * p.w.s[3];
@@ -965,11 +954,20 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     }
 
     /* ---------------- B: segments in reverse */
-    float dSr[R][C], dSc[R][C];
+    float dSr[R][C], dSc[4 * NQ]; /* dSc[4 m + e]: row 4 (cq + LC m) + e of column cj */
     load_state_rows<T>(p.dstate_out, pos.s, pos.h, rg, q, dSr);
-    load_state_cols<T>(p.dstate_out, pos.s, pos.h, rg, q, dSc);
-
-    const int c0 = rg * R; /* column form: columns c0 .. c0 + R - 1 */
+    if (p.dstate_out.data) {
+        const float* ps = reinterpret_cast<const float*>(p.dstate_out.data);
+        const int64_t base = pos.s * p.dstate_out.s[0] + pos.h * p.dstate_out.s[1] + (int64_t)cj * p.dstate_out.s[3];
+#pragma unroll
+        for (int m = 0; m < NQ; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                dSc[4 * m + e] = ps[base + (int64_t)(4 * (cq + LC * m) + e) * p.dstate_out.s[2]];
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4 * NQ; ++i) dSc[i] = 0.0f;
+    }
     /* element offset of [batch, t, h, c] of a gradient view (computed where it is stored) */
     auto goff = [&](const DevView& v, int64_t t, int64_t c) {
         return pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + c * v.s[3];
@@ -1006,12 +1004,10 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                         tokv(u, T_DDW)[sj] = ddw;
                         tokv(u, T_K)[sj] = lk[x];
                         tokv(u, T_V)[sj] = lv[x];
-                        tok_vp(u)[perm_index<T>(sj)] = lv[x];
                         tokv(u, T_A)[sj] = la[x];
                         tokv(u, T_B)[sj] = lb[x];
                         tokv(u, T_R)[sj] = lr[x];
                         tokv(u, T_DY)[sj] = ldy[x];
-                        tok_dyp(u)[perm_index<T>(sj)] = ldy[x];
                     }
                 }
             }
@@ -1030,20 +1026,43 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                     step(S, u, sa);
                 }
                 for (int x = 0; x < mu; ++x) {
+                    /* the state in row quads: this thread's R rows of column c are one float4
+                     * (R = 4: a whole quad) or half of one (R = 2) */
+                    float* st = s_states + (size_t)x * SF;
 #pragma unroll
-                    for (int rr = 0; rr < R; ++rr) {
-                        float4* row = reinterpret_cast<float4*>(s_states + ((size_t)x * N + rg * R + rr) * NP);
+                    for (int gg = 0; gg < G; ++gg)
 #pragma unroll
-                        for (int gg = 0; gg < G; ++gg)
-                            row[gg * L + q] = make_float4(S[rr][4 * gg], S[rr][4 * gg + 1],
-                                                          S[rr][4 * gg + 2], S[rr][4 * gg + 3]);
-                    }
+                        for (int e = 0; e < 4; ++e) {
+                            const int c = 4 * (gg * L + q) + e;
+                            if constexpr (R == 4)
+                                *reinterpret_cast<float4*>(st + 4 * (rg * QS + swz(c))) =
+                                    make_float4(S[0][4 * gg + e], S[1][4 * gg + e], S[2][4 * gg + e], S[3][4 * gg + e]);
+                            else
+                                *reinterpret_cast<float2*>(st + 4 * ((rg >> 1) * QS + swz(c)) + 2 * (rg & 1)) =
+                                    make_float2(S[0][4 * gg + e], S[1][4 * gg + e]);
+                        }
                     float sa[R];
                     step(S, u0 + x, sa);
-                    if (q == 0) {
+                    /* sa . dy and v . dy over the warp's rows (the column form's dr needs the
+                     * sums over all rows: it adds the NW warps' partials) */
+                    float dyr[R], vr[R];
+                    lds_r<R>(tokv(u0 + x, T_DY) + rg * R, dyr);
+                    lds_r<R>(tokv(u0 + x, T_V) + rg * R, vr);
+                    float psy = 0.0f, pvy = 0.0f;
 #pragma unroll
-                        for (int rr = 0; rr < R; ++rr)
-                            s_sa[(size_t)x * PV + perm_index<T>(rg * R + rr)] = sa[rr];
+                    for (int rr = 0; rr < R; ++rr) {
+                        psy = fmaf(sa[rr], dyr[rr], psy);
+                        pvy = fmaf(vr[rr], dyr[rr], pvy);
+                    }
+#pragma unroll
+                    for (int o = L; o < 32; o <<= 1) {
+                        psy += __shfl_xor_sync(0xffffffffu, psy, o);
+                        pvy += __shfl_xor_sync(0xffffffffu, pvy, o);
+                    }
+                    if (q == 0) sts_r<R>(s_sa + (size_t)x * N + rg * R, sa);
+                    if ((tid & 31) == 0) {
+                        s_sy[(size_t)(2 * x) * NW + tid / 32] = psy;
+                        s_sy[(size_t)(2 * x + 1) * NW + tid / 32] = pvy;
                     }
                 }
             }
@@ -1100,78 +1119,63 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                         }
                     }
                     if (q == 0) {
-#pragma unroll
-                        for (int rr = 0; rr < R; ++rr) s_dsa[(x & 1) * PV + perm_index<T>(rg * R + rr)] = ds[rr];
+                        sts_r<R>(s_dsa + (x & 1) * N + rg * R, ds);
                         sts_r<R>(outv(x, O_DV) + rg * R, dv);
                     }
                 }
                 __syncthreads();
-                /* column form for columns c0.. over rows I(q) */
+                /* column form for column cj over the quads cq + LC m: g = dS + dy r^T; dk = g^T v;
+                 * db = g^T sa; dd = colsum(g o S_{t-1}); da = S_{t-1}^T dsa; dp = S_{t-1}^T dy;
+                 * dS = g decay + dsa a */
                 {
-                    float rc[R], dc[R], ac[R], bc[R], kc[R], wc[R];
-                    lds_r<R>(tokv(u, T_R) + c0, rc);
-                    lds_r<R>(tokv(u, T_D) + c0, dc);
-                    lds_r<R>(tokv(u, T_A) + c0, ac);
-                    lds_r<R>(tokv(u, T_B) + c0, bc);
-                    lds_r<R>(tokv(u, T_K) + c0, kc);
-                    lds_r<R>(tokv(u, T_DDW) + c0, wc);
-                    const float* Sp = s_states + (size_t)x * N * NP + c0;
-                    const float4* dy4 = reinterpret_cast<const float4*>(tok_dyp(u) + q * (C + 4));
-                    const float4* v4 = reinterpret_cast<const float4*>(tok_vp(u) + q * (C + 4));
-                    const float4* sa4 = reinterpret_cast<const float4*>(s_sa + (size_t)x * PV + q * (C + 4));
-                    const float4* dsa4 = reinterpret_cast<const float4*>(s_dsa + (x & 1) * PV + q * (C + 4));
-                    float dk[R], db[R], dd[R], da[R], dp[R];
+                    const float rj = tokv(u, T_R)[cj], dj = tokv(u, T_D)[cj], aj = tokv(u, T_A)[cj];
+                    const float4* dy4 = reinterpret_cast<const float4*>(tokv(u, T_DY));
+                    const float4* v4 = reinterpret_cast<const float4*>(tokv(u, T_V));
+                    const float4* sa4 = reinterpret_cast<const float4*>(s_sa + (size_t)x * N);
+                    const float4* dsa4 = reinterpret_cast<const float4*>(s_dsa + (x & 1) * N);
+                    const float4* S4 = reinterpret_cast<const float4*>(s_states + (size_t)x * SF) + swz(cj);
+                    float dk = 0.0f, db = 0.0f, dd = 0.0f, da = 0.0f, dp = 0.0f;
 #pragma unroll
-                    for (int cc = 0; cc < R; ++cc) dk[cc] = db[cc] = dd[cc] = da[cc] = dp[cc] = 0.0f;
-                    float say = 0.0f, vy = 0.0f;
-#pragma unroll
-                    for (int mg = 0; mg < C / 4; ++mg) {
-                        const float4 dyv = dy4[mg], vv = v4[mg], sav = sa4[mg], dsav = dsa4[mg];
+                    for (int mq = 0; mq < NQ; ++mq) {
+                        const int qd = cq + LC * mq;
+                        const float4 dyv = dy4[qd], vv = v4[qd], sav = sa4[qd], dsav = dsa4[qd], sv = S4[qd * QS];
                         const float dyx[4] = {dyv.x, dyv.y, dyv.z, dyv.w};
                         const float vx[4] = {vv.x, vv.y, vv.z, vv.w};
                         const float sax[4] = {sav.x, sav.y, sav.z, sav.w};
                         const float dsax[4] = {dsav.x, dsav.y, dsav.z, dsav.w};
+                        const float sx[4] = {sv.x, sv.y, sv.z, sv.w};
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const int mm = 4 * mg + e;
-                            float sp[R];
-                            lds_r<R>(Sp + (size_t)(q + L * mm) * NP, sp);
-                            say = fmaf(sax[e], dyx[e], say);
-                            vy = fmaf(vx[e], dyx[e], vy);
-#pragma unroll
-                            for (int cc = 0; cc < R; ++cc) {
-                                const float gc = fmaf(dyx[e], rc[cc], dSc[cc][mm]);
-                                dk[cc] = fmaf(gc, vx[e], dk[cc]);
-                                db[cc] = fmaf(gc, sax[e], db[cc]);
-                                dd[cc] = fmaf(gc, sp[cc], dd[cc]);
-                                da[cc] = fmaf(sp[cc], dsax[e], da[cc]);
-                                dp[cc] = fmaf(sp[cc], dyx[e], dp[cc]);
-                                dSc[cc][mm] = fmaf(gc, dc[cc], dsax[e] * ac[cc]);
-                            }
+                            float& dsc = dSc[4 * mq + e];
+                            const float gc = fmaf(dyx[e], rj, dsc);
+                            dk = fmaf(gc, vx[e], dk);
+                            db = fmaf(gc, sax[e], db);
+                            dd = fmaf(gc, sx[e], dd);
+                            da = fmaf(sx[e], dsax[e], da);
+                            dp = fmaf(sx[e], dyx[e], dp);
+                            dsc = fmaf(gc, dj, dsax[e] * aj);
                         }
                     }
-                    say = lanes_sum<L>(say);
-                    vy = lanes_sum<L>(vy);
+                    dk = lanes_sum<LC>(dk);
+                    db = lanes_sum<LC>(db);
+                    dd = lanes_sum<LC>(dd);
+                    da = lanes_sum<LC>(da);
+                    dp = lanes_sum<LC>(dp);
+                    float say = 0.0f, vy = 0.0f;
 #pragma unroll
-                    for (int cc = 0; cc < R; ++cc) {
-                        dk[cc] = lanes_sum<L>(dk[cc]);
-                        db[cc] = lanes_sum<L>(db[cc]);
-                        dd[cc] = lanes_sum<L>(dd[cc]);
-                        da[cc] = lanes_sum<L>(da[cc]);
-                        dp[cc] = lanes_sum<L>(dp[cc]);
+                    for (int w = 0; w < NW; w += 4) {
+                        const float4 ps = *reinterpret_cast<const float4*>(s_sy + (size_t)(2 * x) * NW + w);
+                        const float4 pv = *reinterpret_cast<const float4*>(s_sy + (size_t)(2 * x + 1) * NW + w);
+                        say += (ps.x + ps.y) + (ps.z + ps.w);
+                        vy += (pv.x + pv.y) + (pv.z + pv.w);
                     }
-                    if (q == 0) {
-                        float dr[R], dw[R];
-#pragma unroll
-                        for (int cc = 0; cc < R; ++cc) {
-                            dr[cc] = fmaf(dc[cc], dp[cc], fmaf(bc[cc], say, kc[cc] * vy));
-                            dw[cc] = dd[cc] * wc[cc];
-                        }
-                        sts_r<R>(outv(x, O_DR) + c0, dr);
-                        sts_r<R>(outv(x, O_DW) + c0, dw);
-                        sts_r<R>(outv(x, O_DK) + c0, dk);
-                        sts_r<R>(outv(x, O_DA) + c0, da);
-                        sts_r<R>(outv(x, O_DB) + c0, db);
+                    if (cq == 0) {
+                        const float bj = tokv(u, T_B)[cj], kj = tokv(u, T_K)[cj], wj = tokv(u, T_DDW)[cj];
+                        outv(x, O_DR)[cj] = fmaf(dj, dp, fmaf(bj, say, kj * vy)); /* S_t^T dy */
+                        outv(x, O_DW)[cj] = dd * wj;
+                        outv(x, O_DK)[cj] = dk;
+                        outv(x, O_DA)[cj] = da;
+                        outv(x, O_DB)[cj] = db;
                     }
                 }
             }
