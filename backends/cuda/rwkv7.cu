@@ -775,26 +775,28 @@ int forward_rows(int N, int64_t blocks, int sms) {
  *   sy      K2 x 2 x NW        per warp partial sums of sa . dy and v . dy of each window token
  *   out     K2 x 6 x N         the window's gradients (dr dw dk dv da db), written out by the
  *                              whole block after the window, coalesced
- * Column form (the gradient sweep's column sums): thread (j, q) = (tid / LC, tid % LC) owns
- * column j over the row quads qd = q + LC m (rows 4 qd .. 4 qd + 3), so a column's sums take
- * log2(LC) shuffle levels (LC = 2 at N = 64, 4 at N = 32 / 128), and it reads its rows of the
- * token vectors as float4s of the natural layout. A state is stored as float4 "quads"
- * (S[4 qd + e][c], e < 4) at float4 index qd QS + swz(c): the replay's tile thread (rows of
- * one quad, columns 4 (g L + q) + e) writes its rows of a column as one float4 (two floats at
- * R = 2), the column-form thread reads one float4 per quad. swz(c) = c ^ ((c >> 2) & 7) puts the
- * 8 columns a replay quarter-warp stores in distinct bank groups, and QS = N + 8 / LC
- * puts the LC quads a column-form quarter-warp reads in distinct banks. */
+ * Column form (the gradient sweep's column sums): thread (cg, q) = (tid / LC, tid % LC) owns
+ * the CC columns cg CC + cc over the row quads qd = q + LC m (rows 4 qd .. 4 qd + 3), so a
+ * column's sums take log2(LC) shuffle levels, and it reads its rows of the token vectors as
+ * float4s of the natural layout (each serving CC columns). N = 32 / 64: CC = 1, LC = 4 / 2;
+ * N = 128: CC = 2, LC = 8 (with CC = 1 at N = 128, 13% slower: NOTES v12). A state is stored
+ * as float4 "quads" (S[4 qd + e][c], e < 4) at float4 index qd QS + swz(c): the replay's tile
+ * thread (rows of one quad, columns 4 (g L + q) + e) writes its rows of a column as one float4
+ * (two floats at R = 2), the column-form thread reads one float4 per quad and column.
+ * swz(c) = c ^ ((c >> 2) & 7) puts the 8 columns a replay quarter-warp stores in distinct
+ * bank groups, and QS = N + 8 / LC the LC quads a column-form quarter-warp reads. */
 template <class T>
 struct BwdLayout {
     static constexpr int N = T::N;
-    static constexpr int LC = T::NT / N;       /* column form: lanes per column */
+    static constexpr int CC = N == 128 ? 2 : 1; /* column form: columns per thread */
+    static constexpr int LC = T::NT * CC / N;  /* column form: lanes per column group */
     static constexpr int NQ = N / (4 * LC);    /* column form: row quads per thread */
     static constexpr int QS = N + 8 / LC;     /* float4 slots per quad (padded) */
     static constexpr int SF = N * QS;          /* floats per stored state */
     static constexpr int NW = T::NT / 32;      /* warps */
     static constexpr int NOUT = 6; /* staged gradient rows per token: dr dw dk dv da db */
     static constexpr int TOK = 8 * N;
-    static_assert((LC == 2 || LC == 4) && NQ >= 1 && NW % 4 == 0 && T::L == 8, "backward layout");
+    static_assert((LC == 2 || LC == 4 || LC == 8) && NQ >= 1 && NW % 4 == 0 && T::L == 8, "backward layout");
 };
 
 enum { T_R = 0, T_D, T_DDW, T_K, T_V, T_A, T_B, T_DY };
@@ -823,7 +825,8 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     using Lay = BwdLayout<T>;
     static_assert(T::NT == bwd_threads(N), "block size");
     constexpr int R = T::R, L = T::L, C = T::C, G = T::G, TPJ = T::TPJ;
-    constexpr int TOK = Lay::TOK, LC = Lay::LC, NQ = Lay::NQ, QS = Lay::QS, SF = Lay::SF, NW = Lay::NW;
+    constexpr int TOK = Lay::TOK, CC = Lay::CC, LC = Lay::LC, NQ = Lay::NQ, QS = Lay::QS, SF = Lay::SF;
+    constexpr int NW = Lay::NW;
     constexpr int PERA = kMaxK1 / TPJ;
     extern __shared__ __align__(16) float smem[];
     const int K1 = p.K1, K2 = p.K2;
@@ -838,7 +841,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
 
     const int tid = threadIdx.x;
     const int rg = tid / L, q = tid % L;  /* replay and row form: rows rg R.., columns J(q) */
-    const int cj = tid / LC, cq = tid % LC; /* column form: column cj, quads cq + LC m */
+    const int cg = tid / LC, cq = tid % LC; /* column form: columns cg CC.., quads cq + LC m */
     const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + TPJ x */
     const SeqPos pos = seq_pos(p.seq, p.H, p.T);
     const int64_t t0 = pos.t0, t1 = pos.t1, len = t1 - t0;
@@ -867,16 +870,15 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 row[g * L + q] = make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
         }
     };
+    /* Scalar loads: float4 loads would tie each row's 4 columns to adjacent registers, while the
+     * window replay stores a column's R rows as one float4 (register moves per token). */
     auto load_ckpt = [&](const float* ck, float (&S)[R][C]) {
 #pragma unroll
-        for (int rr = 0; rr < R; ++rr) {
-            const float4* row = reinterpret_cast<const float4*>(ck + (size_t)(rg * R + rr) * N);
+        for (int rr = 0; rr < R; ++rr)
 #pragma unroll
-            for (int g = 0; g < G; ++g) {
-                const float4 x = row[g * L + q];
-                S[rr][4 * g] = x.x, S[rr][4 * g + 1] = x.y, S[rr][4 * g + 2] = x.z, S[rr][4 * g + 3] = x.w;
-            }
-        }
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) S[rr][4 * g + e] = ck[(size_t)(rg * R + rr) * N + 4 * (g * L + q) + e];
     };
     auto step = [&](float (&S)[R][C], int u, float (&sa)[R]) {
         float y[R];
@@ -954,25 +956,34 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     }
 
     /* ---------------- B: segments in reverse */
-    float dSr[R][C], dSc[4 * NQ]; /* dSc[4 m + e]: row 4 (cq + LC m) + e of column cj */
+    float dSr[R][C], dSc[CC][4 * NQ]; /* dSc[cc][4 m + e]: row 4 (cq + LC m) + e, column cg CC + cc */
     load_state_rows<T>(p.dstate_out, pos.s, pos.h, rg, q, dSr);
     if (p.dstate_out.data) {
         const float* ps = reinterpret_cast<const float*>(p.dstate_out.data);
-        const int64_t base = pos.s * p.dstate_out.s[0] + pos.h * p.dstate_out.s[1] + (int64_t)cj * p.dstate_out.s[3];
+        const int64_t base = pos.s * p.dstate_out.s[0] + pos.h * p.dstate_out.s[1] + (int64_t)(cg * CC) * p.dstate_out.s[3];
 #pragma unroll
-        for (int m = 0; m < NQ; ++m)
+        for (int cc = 0; cc < CC; ++cc)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                dSc[4 * m + e] = ps[base + (int64_t)(4 * (cq + LC * m) + e) * p.dstate_out.s[2]];
+            for (int m = 0; m < NQ; ++m)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    dSc[cc][4 * m + e] =
+                        ps[base + cc * p.dstate_out.s[3] + (int64_t)(4 * (cq + LC * m) + e) * p.dstate_out.s[2]];
     } else {
 #pragma unroll
-        for (int i = 0; i < 4 * NQ; ++i) dSc[i] = 0.0f;
+        for (int cc = 0; cc < CC; ++cc)
+#pragma unroll
+            for (int i = 0; i < 4 * NQ; ++i) dSc[cc][i] = 0.0f;
     }
     /* element offset of [batch, t, h, c] of a gradient view (computed where it is stored) */
     auto goff = [&](const DevView& v, int64_t t, int64_t c) {
         return pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + c * v.s[3];
     };
 
+    /* the replay's state stores (row quads, see BwdLayout): this thread's quad (R = 2: half of
+     * one) and 4 swz(4 q) */
+    const int st_off = R == 4 ? 4 * rg * QS : 4 * (rg >> 1) * QS + 2 * (rg & 1);
+    const int k4 = 4 * ((4 * q) ^ q);
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = t0 + g * K1;
         const int m = (int)min64(K1, t1 - ts);
@@ -1028,18 +1039,18 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 for (int x = 0; x < mu; ++x) {
                     /* the state in row quads: this thread's R rows of column c are one float4
                      * (R = 4: a whole quad) or half of one (R = 2) */
-                    float* st = s_states + (size_t)x * SF;
+                    /* column c = 4 (gg L + q) + e: swz(c) = 32 gg + (kq ^ e), kq = 4 q ^ q (L = 8) */
+                    float* st = s_states + (size_t)x * SF + st_off;
 #pragma unroll
                     for (int gg = 0; gg < G; ++gg)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const int c = 4 * (gg * L + q) + e;
+                            float* dst = st + 128 * gg + (k4 ^ (4 * e));
                             if constexpr (R == 4)
-                                *reinterpret_cast<float4*>(st + 4 * (rg * QS + swz(c))) =
+                                *reinterpret_cast<float4*>(dst) =
                                     make_float4(S[0][4 * gg + e], S[1][4 * gg + e], S[2][4 * gg + e], S[3][4 * gg + e]);
                             else
-                                *reinterpret_cast<float2*>(st + 4 * ((rg >> 1) * QS + swz(c)) + 2 * (rg & 1)) =
-                                    make_float2(S[0][4 * gg + e], S[1][4 * gg + e]);
+                                *reinterpret_cast<float2*>(dst) = make_float2(S[0][4 * gg + e], S[1][4 * gg + e]);
                         }
                     float sa[R];
                     step(S, u0 + x, sa);
@@ -1124,43 +1135,58 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                     }
                 }
                 __syncthreads();
-                /* column form for column cj over the quads cq + LC m: g = dS + dy r^T; dk = g^T v;
-                 * db = g^T sa; dd = colsum(g o S_{t-1}); da = S_{t-1}^T dsa; dp = S_{t-1}^T dy;
-                 * dS = g decay + dsa a */
+                /* column form for columns cg CC.. over the quads cq + LC m: g = dS + dy r^T;
+                 * dk = g^T v; db = g^T sa; dd = colsum(g o S_{t-1}); da = S_{t-1}^T dsa;
+                 * dp = S_{t-1}^T dy; dS = g decay + dsa a */
                 {
-                    const float rj = tokv(u, T_R)[cj], dj = tokv(u, T_D)[cj], aj = tokv(u, T_A)[cj];
+                    float rj[CC], dj[CC], aj[CC];
+                    const float4* S4[CC];
+#pragma unroll
+                    for (int cc = 0; cc < CC; ++cc) {
+                        const int j = cg * CC + cc;
+                        rj[cc] = tokv(u, T_R)[j], dj[cc] = tokv(u, T_D)[j], aj[cc] = tokv(u, T_A)[j];
+                        S4[cc] = reinterpret_cast<const float4*>(s_states + (size_t)x * SF) + swz(j);
+                    }
                     const float4* dy4 = reinterpret_cast<const float4*>(tokv(u, T_DY));
                     const float4* v4 = reinterpret_cast<const float4*>(tokv(u, T_V));
                     const float4* sa4 = reinterpret_cast<const float4*>(s_sa + (size_t)x * N);
                     const float4* dsa4 = reinterpret_cast<const float4*>(s_dsa + (x & 1) * N);
-                    const float4* S4 = reinterpret_cast<const float4*>(s_states + (size_t)x * SF) + swz(cj);
-                    float dk = 0.0f, db = 0.0f, dd = 0.0f, da = 0.0f, dp = 0.0f;
+                    float dk[CC], db[CC], dd[CC], da[CC], dp[CC];
+#pragma unroll
+                    for (int cc = 0; cc < CC; ++cc) dk[cc] = db[cc] = dd[cc] = da[cc] = dp[cc] = 0.0f;
 #pragma unroll
                     for (int mq = 0; mq < NQ; ++mq) {
                         const int qd = cq + LC * mq;
-                        const float4 dyv = dy4[qd], vv = v4[qd], sav = sa4[qd], dsav = dsa4[qd], sv = S4[qd * QS];
+                        const float4 dyv = dy4[qd], vv = v4[qd], sav = sa4[qd], dsav = dsa4[qd];
                         const float dyx[4] = {dyv.x, dyv.y, dyv.z, dyv.w};
                         const float vx[4] = {vv.x, vv.y, vv.z, vv.w};
                         const float sax[4] = {sav.x, sav.y, sav.z, sav.w};
                         const float dsax[4] = {dsav.x, dsav.y, dsav.z, dsav.w};
-                        const float sx[4] = {sv.x, sv.y, sv.z, sv.w};
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            float& dsc = dSc[4 * mq + e];
-                            const float gc = fmaf(dyx[e], rj, dsc);
-                            dk = fmaf(gc, vx[e], dk);
-                            db = fmaf(gc, sax[e], db);
-                            dd = fmaf(gc, sx[e], dd);
-                            da = fmaf(sx[e], dsax[e], da);
-                            dp = fmaf(sx[e], dyx[e], dp);
-                            dsc = fmaf(gc, dj, dsax[e] * aj);
+                        for (int cc = 0; cc < CC; ++cc) {
+                            const float4 sv = S4[cc][qd * QS];
+                            const float sx[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                float& dsc = dSc[cc][4 * mq + e];
+                                const float gc = fmaf(dyx[e], rj[cc], dsc);
+                                dk[cc] = fmaf(gc, vx[e], dk[cc]);
+                                db[cc] = fmaf(gc, sax[e], db[cc]);
+                                dd[cc] = fmaf(gc, sx[e], dd[cc]);
+                                da[cc] = fmaf(sx[e], dsax[e], da[cc]);
+                                dp[cc] = fmaf(sx[e], dyx[e], dp[cc]);
+                                dsc = fmaf(gc, dj[cc], dsax[e] * aj[cc]);
+                            }
                         }
                     }
-                    dk = lanes_sum<LC>(dk);
-                    db = lanes_sum<LC>(db);
-                    dd = lanes_sum<LC>(dd);
-                    da = lanes_sum<LC>(da);
-                    dp = lanes_sum<LC>(dp);
+#pragma unroll
+                    for (int cc = 0; cc < CC; ++cc) {
+                        dk[cc] = lanes_sum<LC>(dk[cc]);
+                        db[cc] = lanes_sum<LC>(db[cc]);
+                        dd[cc] = lanes_sum<LC>(dd[cc]);
+                        da[cc] = lanes_sum<LC>(da[cc]);
+                        dp[cc] = lanes_sum<LC>(dp[cc]);
+                    }
                     float say = 0.0f, vy = 0.0f;
 #pragma unroll
                     for (int w = 0; w < NW; w += 4) {
@@ -1170,12 +1196,16 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                         vy += (pv.x + pv.y) + (pv.z + pv.w);
                     }
                     if (cq == 0) {
-                        const float bj = tokv(u, T_B)[cj], kj = tokv(u, T_K)[cj], wj = tokv(u, T_DDW)[cj];
-                        outv(x, O_DR)[cj] = fmaf(dj, dp, fmaf(bj, say, kj * vy)); /* S_t^T dy */
-                        outv(x, O_DW)[cj] = dd * wj;
-                        outv(x, O_DK)[cj] = dk;
-                        outv(x, O_DA)[cj] = da;
-                        outv(x, O_DB)[cj] = db;
+#pragma unroll
+                        for (int cc = 0; cc < CC; ++cc) {
+                            const int j = cg * CC + cc;
+                            const float bj = tokv(u, T_B)[j], kj = tokv(u, T_K)[j], wj = tokv(u, T_DDW)[j];
+                            outv(x, O_DR)[j] = fmaf(dj[cc], dp[cc], fmaf(bj, say, kj * vy)); /* S_t^T dy */
+                            outv(x, O_DW)[j] = dd[cc] * wj;
+                            outv(x, O_DK)[j] = dk[cc];
+                            outv(x, O_DA)[j] = da[cc];
+                            outv(x, O_DB)[j] = db[cc];
+                        }
                     }
                 }
             }
