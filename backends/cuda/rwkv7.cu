@@ -870,15 +870,16 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 row[g * L + q] = make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
         }
     };
-    /* Scalar loads: float4 loads would tie each row's 4 columns to adjacent registers, while the
-     * window replay stores a column's R rows as one float4 (register moves per token). */
     auto load_ckpt = [&](const float* ck, float (&S)[R][C]) {
 #pragma unroll
-        for (int rr = 0; rr < R; ++rr)
+        for (int rr = 0; rr < R; ++rr) {
+            const float4* row = reinterpret_cast<const float4*>(ck + (size_t)(rg * R + rr) * N);
 #pragma unroll
-            for (int g = 0; g < G; ++g)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) S[rr][4 * g + e] = ck[(size_t)(rg * R + rr) * N + 4 * (g * L + q) + e];
+            for (int g = 0; g < G; ++g) {
+                const float4 x = row[g * L + q];
+                S[rr][4 * g] = x.x, S[rr][4 * g + 1] = x.y, S[rr][4 * g + 2] = x.z, S[rr][4 * g + 3] = x.w;
+            }
+        }
     };
     auto step = [&](float (&S)[R][C], int u, float (&sa)[R]) {
         float y[R];
