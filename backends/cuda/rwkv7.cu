@@ -779,10 +779,11 @@ int forward_rows(int N, int64_t blocks, int sms) {
  * the CC columns cg CC + cc over the row quads qd = q + LC m (rows 4 qd .. 4 qd + 3), so a
  * column's sums take log2(LC) shuffle levels, and it reads its rows of the token vectors as
  * float4s of the natural layout (each serving CC columns). N = 32 / 64: CC = 1, LC = 4 / 2;
- * N = 128: CC = 2, LC = 8 (with CC = 1 at N = 128, 13% slower: NOTES v12). A state is stored
- * as float4 "quads" (S[4 qd + e][c], e < 4) at float4 index qd QS + swz(c): the replay's tile
- * thread (rows of one quad, columns 4 (g L + q) + e) writes its rows of a column as one float4
- * (two floats at R = 2), the column-form thread reads one float4 per quad and column.
+ * N = 128: CC = 2, LC = 8 (CC = 1 there: 6.86 ms against 6.24, B = 8 T = 1024; NOTES v14). A
+ * state is stored as float4 "quads" (S[4 qd + e][c], e < 4) at float4 index qd QS + swz(c): the
+ * replay's tile thread (rows of one quad, columns 4 (g L + q) + e) writes its rows of a column
+ * as one float4 (two floats at R = 2), the column-form thread reads one float4 per quad and
+ * column.
  * swz(c) = c ^ ((c >> 2) & 7) puts the 8 columns a replay quarter-warp stores in distinct
  * bank groups, and QS = N + 8 / LC the LC quads a column-form quarter-warp reads. */
 template <class T>
