@@ -18,14 +18,19 @@ static int buffers_only(const wkv_problem* p) {
 }
 
 static wkv_status vk_call(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg) {
-    wkv_status s = vkw_call_begin(st, buffers_only(p), msg);
+    vkw_prof_enter(st, WKV_VK_PROF_BEGIN);
+    st->prof.calls++;
+    /* a forward may go into the open command buffer of earlier ones (vk_internal.h, ASYNC CALLS) */
+    wkv_status s = vkw_call_begin_append(st, buffers_only(p), p->backward ? 0 : wkv_vk_params_bytes(p), msg);
+    vkw_prof_enter(st, WKV_VK_PROF_PLAN);
     if (s == WKV_OK) {
         if (p->backward)
             s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_backward(st, p, msg) : wkv_vk_rwkv7_backward(st, p, msg);
         else
             s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_forward(st, p, msg) : wkv_vk_rwkv7_forward(st, p, msg);
     }
-    st->call_async = 0;
+    st->call_async = st->appending = st->batching = 0;
+    vkw_prof_enter(st, WKV_VK_PROF_GAP);
     return s;
 }
 
@@ -39,7 +44,13 @@ static wkv_status vk_backward(void* state, const wkv_problem* p, wkv_message* ms
 
 static wkv_status vk_synchronize(void* state, wkv_message* msg) {
     wkv_vk_state* st = (wkv_vk_state*)state;
-    return vkw_call_begin(st, 0, msg); /* a deferred failure, or the wait for every pending call */
+    vkw_prof_enter(st, WKV_VK_PROF_SYNC);
+    wkv_status s = vkw_call_begin(st, 0, msg); /* a deferred failure, or the wait for every pending call */
+    if (st->profiling) {
+        vkw_prof_enter(st, WKV_VK_PROF_GAP);
+        vkw_prof_report(st);
+    }
+    return s;
 }
 
 static wkv_status vk_control(void* state, int32_t request, void* data, wkv_message* msg) {

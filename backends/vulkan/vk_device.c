@@ -499,6 +499,13 @@ wkv_status wkv_vk_create(const wkv_backend_create_args* args, void** out_state, 
     st->validation = env_flag("WKV_VULKAN_VALIDATION");
     st->params_direct = 1;
     st->async = (wkv_create_flags(args) & WKV_CONTEXT_ASYNC) != 0;
+    st->profiling = env_flag("WKV_VULKAN_PROFILE");
+    st->batch_max = WKV_VK_BATCH_MAX;
+    const char* batch = getenv("WKV_VULKAN_BATCH"); /* calls per command buffer (tests, tuning) */
+    if (batch && *batch) {
+        const long b = strtol(batch, NULL, 10);
+        if (b >= 1 && b <= 4096) st->batch_max = (uint32_t)b;
+    }
     const wkv_vulkan_guest_options* guest =
         args->struct_size >= offsetof(wkv_backend_create_args, guest) + sizeof(args->guest)
             ? (const wkv_vulkan_guest_options*)args->guest

@@ -85,41 +85,68 @@ typedef struct vkw_replay_key {
     int kernel;
     VkPipeline pipeline;
     int64_t items;
-    uint64_t epoch, params_bytes;
+    uint64_t epoch, params_bytes, params_offset;
     VkBuffer params_buffer;
     VkBuffer buffer[WKV_PROBLEM_VIEWS];
     VkDeviceSize offset[WKV_PROBLEM_VIEWS], range[WKV_PROBLEM_VIEWS];
 } vkw_replay_key;
 
-/* ASYNC CALLS (WKV_CONTEXT_ASYNC). A call on buffers only is submitted and not waited for. What
+/* ASYNC CALLS (WKV_CONTEXT_ASYNC). A call on buffers only is recorded and not waited for. What
  * the GPU may still read while it is pending is per call: the command buffer, its fence, the
  * descriptor pool and the parameter block. These form a slot; the context's fields of those
- * names (cmd, fence, desc_pool, params, replay_*) are the active slot, and `ring` holds the
- * others. An async call whose active slot is pending swaps in the ring's oldest slot (waiting
- * for its fence if it is pending too), so up to WKV_VK_SLOTS calls are in flight. Each slot
- * keeps its own recorded command buffer for replay.
- *   A submission costs the GPU ~14 us on NVIDIA's driver whatever it holds (NOTES.md, async
- * calls), so an async call is submitted at once only when the GPU has run dry (the newest
- * submission's fence has signalled); otherwise it is queued, and the queued calls go in one
- * vkQueueSubmit (in call order, one fence: the newest's, which the others wait on) as soon as a
- * later call finds the GPU dry, or a slot must be reused, or anything waits (vkw_drain). While
- * the GPU is busy, calls thus gather into batches on their own. A synchronous call or transfer first waits
- * for every pending slot (vkw_drain), so that the shared staging, mirror and scratch buffers
- * are free; dependencies between calls are the full barrier each command buffer begins with,
- * whose first scope covers every earlier submission on the queue. */
+ * names (cmd, fence, desc_pool, params, replay_*, batch_*) are the active slot, and `ring` holds
+ * the others. An async call that cannot go into the active slot swaps in the ring's oldest slot
+ * (waiting for its fence if it is pending too), so up to WKV_VK_SLOTS command buffers are in
+ * flight. Each slot keeps its own recorded command buffer for replay.
+ *   What a step costs the GPU depends on how calls are packed: on NVIDIA's driver (H100) a
+ * decode step costs ~8 us when steps follow each other inside one command buffer, ~17 us when
+ * each is a command buffer of its own, ~22 us when each is also a submission of its own
+ * (NOTES.md, async calls). So:
+ *   - a forward made while the GPU is busy is recorded into the active slot's command buffer,
+ *     which stays open (WKV_VK_OPEN) for the next forwards, up to batch_max calls and as long
+ *     as the slot's descriptor pool and parameter block have room (each call has its own set
+ *     and its own region of the block; the full barrier that starts every call orders it after
+ *     the previous one, as between command buffers);
+ *   - a command buffer is ended and submitted as soon as a call finds the GPU dry (the newest
+ *     submission's fence has signalled) or it holds batch_max calls; otherwise an ended one is
+ *     queued (WKV_VK_QUEUED), and the queued ones go in one vkQueueSubmit (in call order, one
+ *     fence: the newest's, which the others wait on) with the next submission, when a slot must
+ *     be reused, or when anything waits (vkw_drain, which ends an open one first).
+ * While the GPU is busy, calls thus gather into long command buffers on their own; when it is
+ * idle a call is submitted at once (and replays its slot's recording when the bindings match).
+ * A synchronous call or transfer first waits for every pending slot (vkw_drain), so that the
+ * shared staging, mirror and scratch buffers are free; dependencies between calls are the full
+ * barrier each call begins with, whose first scope covers every earlier command on the queue. */
 enum { WKV_VK_SLOTS = 8 };
-enum { WKV_VK_QUEUED = 1, WKV_VK_SUBMITTED = 2 };
+enum { WKV_VK_QUEUED = 1, WKV_VK_SUBMITTED = 2, WKV_VK_OPEN = 3 };
+/* Calls per command buffer at most (WKV_VULKAN_BATCH overrides: tests, tuning). */
+enum { WKV_VK_BATCH_MAX = 64 };
 typedef struct vkw_slot {
     VkCommandBuffer cmd;
     VkFence fence;
     VkDescriptorPool desc_pool;
     uint32_t desc_pool_sets;
     vkw_buffer params;
-    int pending;      /* WKV_VK_QUEUED or WKV_VK_SUBMITTED, 0: free */
+    int pending;      /* WKV_VK_OPEN, WKV_VK_QUEUED or WKV_VK_SUBMITTED, 0: free */
     VkFence wait;     /* submitted: the fence of its submission (its own, or a later slot's) */
     int replay_valid;
     vkw_replay_key replay_key;
+    uint32_t batch_calls, batch_sets; /* calls and descriptor sets in cmd since it began */
+    uint64_t batch_params;            /* bytes of params in use by them */
 } vkw_slot;
+
+/* WKV_VULKAN_PROFILE=1: where a call's host time goes. The host's time is split into exclusive
+ * phases (vkw_prof_enter switches phase); wkv_context_synchronize after 8 or more calls prints
+ * the calls since the previous synchronize as one line to stderr (NOTES.md, decode). Off: one
+ * branch per phase switch. */
+enum { WKV_VK_PROF_IDLE, WKV_VK_PROF_GAP, WKV_VK_PROF_BEGIN, WKV_VK_PROF_WAIT, WKV_VK_PROF_PLAN,
+       WKV_VK_PROF_RECORD, WKV_VK_PROF_POLL, WKV_VK_PROF_SUBMIT, WKV_VK_PROF_SYNC, WKV_VK_PROF_PHASES };
+typedef struct vkw_profile {
+    uint64_t ns[WKV_VK_PROF_PHASES];
+    uint64_t calls, appended, replayed, submits, submitted_cmds, polls, waits;
+    uint64_t t; /* when the current phase began */
+    int phase;
+} vkw_profile;
 
 typedef struct wkv_vk_state {
     const wkv_vk_global* g;
@@ -154,6 +181,8 @@ typedef struct wkv_vk_state {
     int replay_valid;
     uint64_t buffer_epoch;
     vkw_replay_key replay_key;
+    uint32_t batch_calls, batch_sets;
+    uint64_t batch_params;
 
     /* Async calls (above): the active slot's submission is not waited for yet; the other slots;
      * the next one to swap in; whether the context was created async and whether the current
@@ -165,6 +194,10 @@ typedef struct wkv_vk_state {
     VkFence newest; /* the newest submission's fence (VK_NULL_HANDLE once it was waited for) */
     int ring_next;
     int async, call_async;
+    /* This call: records into the open command buffer (appending), or may leave its command
+     * buffer open for the next calls (batching: a forward while the GPU is busy). */
+    int appending, batching;
+    uint32_t batch_max; /* WKV_VK_BATCH_MAX, or WKV_VULKAN_BATCH (1: never append) */
     wkv_status deferred;
     char deferred_text[256];
 
@@ -199,12 +232,23 @@ typedef struct wkv_vk_state {
      * VkResult the real failure gives. */
     wkv_fault_hook fault;
 
+    int profiling; /* WKV_VULKAN_PROFILE=1 */
+    vkw_profile prof;
+
     /* WKV_VULKAN_VALIDATION=1: messages counted by the messenger; an op fails on a new one. */
     int validation;
     atomic_ullong validation_count;
     unsigned long long validation_seen;
     char validation_first[512];
 } wkv_vk_state;
+
+/* vk_memory.c: profiling (WKV_VULKAN_PROFILE). Switches to phase; returns the phase left. */
+int vkw_prof_switch(wkv_vk_state* st, int phase);
+static inline int vkw_prof_enter(wkv_vk_state* st, int phase) {
+    return st->profiling ? vkw_prof_switch(st, phase) : 0;
+}
+/* wkv_context_synchronize: prints the calls since the last one (8 or more), starts anew. */
+void vkw_prof_report(wkv_vk_state* st);
 
 /* vk_device.c */
 void wkv_vk_probe(wkv_backend_info* out);
@@ -239,6 +283,9 @@ wkv_status vkw_submit_wait_reads(wkv_vk_state* st, int host_reads, wkv_message* 
 /* Starts a backend call: async (the context is async and the call's memory is all buffers):
  * makes a free slot active; otherwise waits for every pending slot. Returns a deferred error. */
 wkv_status vkw_call_begin(wkv_vk_state* st, int async, wkv_message* msg);
+/* The same for a call that may be appended to the open command buffer (a forward; ASYNC CALLS):
+ * params_bytes, the size of its parameter block; 0: it may not. */
+wkv_status vkw_call_begin_append(wkv_vk_state* st, int async, uint64_t params_bytes, wkv_message* msg);
 /* Waits for every pending slot (wkv_context_synchronize). */
 wkv_status vkw_drain(wkv_vk_state* st, wkv_message* msg);
 /* Frees the ring's slots (context destruction, after the device is idle). */
@@ -296,10 +343,13 @@ typedef struct op_plan {
     int64_t S;
     uint64_t params_bytes, total; /* staging / mirror layout (total 0: nothing to copy) */
     VkBuffer params_buffer;       /* where the parameter block is bound: mirror or params */
+    uint64_t params_offset;       /* ... at this offset (an appended call's region of params) */
 } op_plan;
 
 uint64_t wkv_vk_align_up(uint64_t x, uint64_t a);
 uint64_t wkv_vk_offset_alignment(const wkv_vk_state* st);
+/* The size of p's parameter block (shaders/wkv_common.glsl Params). */
+uint64_t wkv_vk_params_bytes(const wkv_problem* p);
 /* Plans the kernel's slots, lays out and fills staging (params + host spans); seg0: per
  * sequence, its first checkpoint segment (backward) or NULL. */
 wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, const int* in_slots, int n_in,

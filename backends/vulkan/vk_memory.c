@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vk_internal.h"
 
@@ -112,11 +113,18 @@ wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg) {
                     VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
         return WKV_OK;
     }
+    st->replay_valid = 0;
+    if (st->appending) { /* the open command buffer of earlier calls: ordered after them */
+        vkw_barrier(st, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                    VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
+        ++st->batch_calls;
+        return WKV_OK;
+    }
     if (!st->call_async) { /* the shared buffers (staging, mirror, scratch) must be free */
         wkv_status s = vkw_drain(st, msg);
         if (s) return s;
     }
-    st->replay_valid = 0;
+    st->batch_calls = 1;
     VkResult r = st->fn.vkResetCommandBuffer(st->cmd, 0);
     if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkResetCommandBuffer");
     VkCommandBufferBeginInfo bi;
@@ -135,6 +143,8 @@ wkv_status vkw_begin(wkv_vk_state* st, wkv_message* msg) {
 
 wkv_status vkw_submit_wait(wkv_vk_state* st, wkv_message* msg) { return vkw_submit_wait_reads(st, 1, msg); }
 
+static wkv_status finish_async(wkv_vk_state* st, wkv_message* msg);
+
 wkv_status vkw_submit_wait_reads(wkv_vk_state* st, int host_reads, wkv_message* msg) {
     if (st->recording) return WKV_OK; /* the host submits */
     /* Everything written is visible to the host once the fence has signalled. Not needed when
@@ -143,6 +153,7 @@ wkv_status vkw_submit_wait_reads(wkv_vk_state* st, int host_reads, wkv_message* 
     if (host_reads)
         vkw_barrier(st, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_ACCESS_MEMORY_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
                     VK_ACCESS_HOST_READ_BIT);
+    if (st->call_async) return finish_async(st, msg); /* ended now or by a later call */
     VkResult r = st->fn.vkEndCommandBuffer(st->cmd);
     if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkEndCommandBuffer");
     return vkw_resubmit_wait(st, msg);
@@ -178,9 +189,15 @@ wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg) {
     if (st->call_async) return enqueue(st, msg); /* submitted now or with later calls */
     if (wkv_fault_hit(&st->fault, WKV_FAULT_DEVICE_LOST, "submit"))
         return wkv_vk_result(msg, VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected fault: WKV_FAULT=device_lost)");
-    if ((r = st->fn.vkQueueSubmit(st->queue, 1, &si, st->fence)) != VK_SUCCESS)
-        return wkv_vk_result(msg, r, "vkQueueSubmit");
+    int phase = vkw_prof_enter(st, WKV_VK_PROF_SUBMIT);
+    r = st->fn.vkQueueSubmit(st->queue, 1, &si, st->fence);
+    vkw_prof_enter(st, phase);
+    if (r != VK_SUCCESS) return wkv_vk_result(msg, r, "vkQueueSubmit");
+    st->prof.submits++;
+    st->prof.submitted_cmds++;
+    phase = vkw_prof_enter(st, WKV_VK_PROF_WAIT);
     wkv_status s = wait_fence(st, st->fence, msg);
+    vkw_prof_enter(st, phase);
     if (s) return s;
     return wkv_vk_check_validation(st, msg);
 }
@@ -205,6 +222,9 @@ static void swap_slot(wkv_vk_state* st, vkw_slot* slot) {
     WKV_VK_SWAP(VkFence, st->wait, slot->wait);
     WKV_VK_SWAP(int, st->replay_valid, slot->replay_valid);
     WKV_VK_SWAP(vkw_replay_key, st->replay_key, slot->replay_key);
+    WKV_VK_SWAP(uint32_t, st->batch_calls, slot->batch_calls);
+    WKV_VK_SWAP(uint32_t, st->batch_sets, slot->batch_sets);
+    WKV_VK_SWAP(uint64_t, st->batch_params, slot->batch_params);
 }
 
 /* The slots in call order: the ring from ring_next on (oldest first), then the active one. */
@@ -219,8 +239,37 @@ static void slots_in_order(wkv_vk_state* st, int** pending, VkFence** own, VkFen
     }
 }
 
-/* Submits every queued slot in one vkQueueSubmit, in call order, with the newest's fence. */
+/* 1 while the newest submission runs (forgotten once seen done: the next poll is free). */
+static int gpu_busy(wkv_vk_state* st) {
+    if (!st->newest) return 0;
+    const int phase = vkw_prof_enter(st, WKV_VK_PROF_POLL);
+    const VkResult r = st->fn.vkGetFenceStatus(st->device, st->newest);
+    vkw_prof_enter(st, phase);
+    st->prof.polls++;
+    if (r == VK_NOT_READY) return 1;
+    if (r == VK_SUCCESS) st->newest = VK_NULL_HANDLE; /* its owner still resets it when it waits */
+    return 0;                                         /* an error: the wait reports it */
+}
+
+/* Ends the active slot's open command buffer: it becomes queued. */
+static wkv_status close_open(wkv_vk_state* st, wkv_message* msg) {
+    if (st->pending != WKV_VK_OPEN) return WKV_OK;
+    const int phase = vkw_prof_enter(st, WKV_VK_PROF_SUBMIT);
+    const VkResult r = st->fn.vkEndCommandBuffer(st->cmd);
+    vkw_prof_enter(st, phase);
+    if (r != VK_SUCCESS) { /* its calls are lost: reported here */
+        st->pending = 0;
+        return wkv_vk_result(msg, r, "vkEndCommandBuffer");
+    }
+    st->pending = WKV_VK_QUEUED;
+    return WKV_OK;
+}
+
+/* Submits every queued slot (ending an open one first) in one vkQueueSubmit, in call order,
+ * with the newest's fence. */
 static wkv_status flush(wkv_vk_state* st, wkv_message* msg) {
+    wkv_status s = close_open(st, msg);
+    if (s) return s;
     int* pending[WKV_VK_SLOTS];
     VkFence *own[WKV_VK_SLOTS], *wait[WKV_VK_SLOTS];
     VkCommandBuffer* cmd[WKV_VK_SLOTS];
@@ -246,24 +295,39 @@ static wkv_status flush(wkv_vk_state* st, wkv_message* msg) {
     si.commandBufferCount = n;
     si.pCommandBuffers = list;
     VkResult r = VK_ERROR_DEVICE_LOST;
+    const int phase = vkw_prof_enter(st, WKV_VK_PROF_SUBMIT);
     if (!wkv_fault_hit(&st->fault, WKV_FAULT_DEVICE_LOST, "submit"))
         r = st->fn.vkQueueSubmit(st->queue, 1, &si, fence);
+    vkw_prof_enter(st, phase);
     if (r != VK_SUCCESS) { /* nothing was submitted: nothing to wait for */
         for (int i = 0; i < WKV_VK_SLOTS; ++i)
             if (*pending[i] == WKV_VK_SUBMITTED && *wait[i] == fence) *pending[i] = 0;
         return wkv_vk_result(msg, r, "vkQueueSubmit");
     }
+    st->prof.submits++;
+    st->prof.submitted_cmds += n;
     st->newest = fence;
     return WKV_OK;
 }
 
-/* An async call's command buffer (the active slot): submitted at once when the GPU has run
- * dry, else queued for the next submission (ASYNC CALLS in vk_internal.h). */
+/* A replayed command buffer of an async call (the active slot): submitted at once when the GPU
+ * has run dry, else queued for the next submission (ASYNC CALLS in vk_internal.h). */
 static wkv_status enqueue(wkv_vk_state* st, wkv_message* msg) {
     st->pending = WKV_VK_QUEUED;
-    if (st->newest && st->fn.vkGetFenceStatus(st->device, st->newest) == VK_NOT_READY)
-        return wkv_vk_check_validation(st, msg);
+    if (gpu_busy(st)) return wkv_vk_check_validation(st, msg);
     wkv_status s = flush(st, msg);
+    if (s) return s;
+    return wkv_vk_check_validation(st, msg);
+}
+
+/* The end of a recorded async call: while the GPU is busy a batching call leaves its command
+ * buffer open for the next calls (until it holds batch_max); otherwise it is ended, and
+ * submitted at once when the GPU is dry or it is full (so that the GPU finds it queued). */
+static wkv_status finish_async(wkv_vk_state* st, wkv_message* msg) {
+    st->pending = WKV_VK_OPEN;
+    const int busy = gpu_busy(st), full = st->batch_calls >= st->batch_max;
+    if (st->batching && busy && !full) return wkv_vk_check_validation(st, msg);
+    wkv_status s = busy && !full ? close_open(st, msg) : flush(st, msg);
     if (s) return s;
     return wkv_vk_check_validation(st, msg);
 }
@@ -272,16 +336,24 @@ static wkv_status enqueue(wkv_vk_state* st, wkv_message* msg) {
  * fence only when the submission was its own (the newest of its batch, reused last). */
 static wkv_status wait_slot(wkv_vk_state* st, int* pending, VkFence own, VkFence wait, wkv_message* msg) {
     *pending = 0;
+    /* (inside wkv_context_synchronize the wait is the synchronize's) */
+    const int in_sync = st->prof.phase == WKV_VK_PROF_SYNC;
+    const int phase = in_sync ? WKV_VK_PROF_SYNC : vkw_prof_enter(st, WKV_VK_PROF_WAIT);
+    st->prof.waits += !in_sync;
+    wkv_status s = WKV_OK;
     if (wait != own) { /* an older call of a batch: the batch's fence, reset by its owner */
         VkResult r = VK_NOT_READY;
         if (st->spin_wait)
             while ((r = st->fn.vkGetFenceStatus(st->device, wait)) == VK_NOT_READY) {
             }
         if (r == VK_NOT_READY) r = st->fn.vkWaitForFences(st->device, 1, &wait, VK_TRUE, UINT64_MAX);
-        return r == VK_SUCCESS ? WKV_OK : wkv_vk_result(msg, r, "vkWaitForFences");
+        if (r != VK_SUCCESS) s = wkv_vk_result(msg, r, "vkWaitForFences");
+    } else {
+        if (st->newest == own) st->newest = VK_NULL_HANDLE;
+        s = wait_fence(st, own, msg);
     }
-    if (st->newest == own) st->newest = VK_NULL_HANDLE;
-    return wait_fence(st, own, msg);
+    vkw_prof_enter(st, phase);
+    return s;
 }
 
 wkv_status vkw_drain(wkv_vk_state* st, wkv_message* msg) {
@@ -314,7 +386,18 @@ static void drain_deferred(wkv_vk_state* st) {
 }
 
 wkv_status vkw_call_begin(wkv_vk_state* st, int async, wkv_message* msg) {
-    st->call_async = 0;
+    return vkw_call_begin_append(st, async, 0, msg);
+}
+
+/* Whether the active slot's open command buffer takes one more call with a parameter block of
+ * params_bytes (one descriptor set, vk_op.c's region of params). */
+static int has_room(const wkv_vk_state* st, uint64_t params_bytes) {
+    return st->batch_calls < st->batch_max && st->batch_sets < st->desc_pool_sets &&
+           wkv_vk_align_up(st->batch_params, wkv_vk_offset_alignment(st)) + params_bytes <= st->params.size;
+}
+
+wkv_status vkw_call_begin_append(wkv_vk_state* st, int async, uint64_t params_bytes, wkv_message* msg) {
+    st->call_async = st->appending = st->batching = 0;
     if (st->deferred) {
         wkv_status s = st->deferred;
         st->deferred = WKV_OK;
@@ -322,6 +405,19 @@ wkv_status vkw_call_begin(wkv_vk_state* st, int async, wkv_message* msg) {
     }
     if (!async || !st->async || st->recording) return vkw_drain(st, msg);
     st->call_async = 1;
+    if (st->pending == WKV_VK_OPEN) {
+        if (params_bytes && has_room(st, params_bytes)) {
+            st->appending = st->batching = 1;
+            st->prof.appended++;
+            return WKV_OK;
+        }
+        wkv_status s = close_open(st, msg);
+        if (s) {
+            st->call_async = 0;
+            return s;
+        }
+    }
+    st->batching = params_bytes && st->batch_max > 1 && gpu_busy(st);
     if (!st->pending) return WKV_OK;
     vkw_slot* slot = &st->ring[st->ring_next];
     st->ring_next = (st->ring_next + 1) % (WKV_VK_SLOTS - 1);
@@ -337,7 +433,7 @@ wkv_status vkw_call_begin(wkv_vk_state* st, int async, wkv_message* msg) {
         if ((r = st->fn.vkAllocateCommandBuffers(st->device, &cai, &st->cmd)) != VK_SUCCESS) {
             st->cmd = VK_NULL_HANDLE;
             swap_slot(st, slot); /* back to the pending one: a later call retries */
-            st->call_async = 0;
+            st->call_async = st->batching = 0;
             wkv_status s = wkv_vk_result(msg, r, "vkAllocateCommandBuffers");
             wkv_status s2 = vkw_drain(st, NULL);
             return s2 ? s2 : s;
@@ -350,7 +446,7 @@ wkv_status vkw_call_begin(wkv_vk_state* st, int async, wkv_message* msg) {
         if ((r = st->fn.vkCreateFence(st->device, &fci, NULL, &st->fence)) != VK_SUCCESS) {
             st->fence = VK_NULL_HANDLE;
             swap_slot(st, slot);
-            st->call_async = 0;
+            st->call_async = st->batching = 0;
             wkv_status s = wkv_vk_result(msg, r, "vkCreateFence");
             wkv_status s2 = vkw_drain(st, NULL);
             return s2 ? s2 : s;
@@ -360,11 +456,49 @@ wkv_status vkw_call_begin(wkv_vk_state* st, int async, wkv_message* msg) {
         wkv_status s = st->pending == WKV_VK_QUEUED ? flush(st, msg) : WKV_OK;
         if (!s) s = wait_slot(st, &st->pending, st->fence, st->wait, msg);
         if (s) {
-            st->call_async = 0;
+            st->call_async = st->batching = 0;
             return s;
         }
     }
     return WKV_OK;
+}
+
+/* ------------------------------------------------------------------------- profiling */
+
+uint64_t wkv_vk_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int vkw_prof_switch(wkv_vk_state* st, int phase) {
+    const uint64_t t = wkv_vk_now_ns();
+    const int old = st->prof.phase;
+    if (st->prof.t) st->prof.ns[old] += t - st->prof.t;
+    st->prof.t = t;
+    st->prof.phase = phase;
+    return old;
+}
+
+void vkw_prof_report(wkv_vk_state* st) {
+    vkw_profile* p = &st->prof;
+    if (p->calls >= 8) {
+        const double c = 1e3 * (double)p->calls;
+        fprintf(stderr,
+                "wkv vulkan profile: %llu calls (%llu appended, %llu replayed), %llu submissions of %llu command "
+                "buffers, %llu fence polls, %llu fence waits; host us per call: between calls %.2f, begin %.2f, "
+                "plan %.2f, record %.2f, polls %.2f, end+submit %.2f, fence waits %.2f; synchronize %.2f\n",
+                (unsigned long long)p->calls, (unsigned long long)p->appended, (unsigned long long)p->replayed,
+                (unsigned long long)p->submits, (unsigned long long)p->submitted_cmds, (unsigned long long)p->polls,
+                (unsigned long long)p->waits, p->ns[WKV_VK_PROF_GAP] / c, p->ns[WKV_VK_PROF_BEGIN] / c,
+                p->ns[WKV_VK_PROF_PLAN] / c, p->ns[WKV_VK_PROF_RECORD] / c, p->ns[WKV_VK_PROF_POLL] / c,
+                p->ns[WKV_VK_PROF_SUBMIT] / c, p->ns[WKV_VK_PROF_WAIT] / c, p->ns[WKV_VK_PROF_SYNC] / c);
+    }
+    const uint64_t t = p->t;
+    const int phase = p->phase;
+    memset(p, 0, sizeof *p);
+    p->t = t;
+    p->phase = phase;
 }
 
 void vkw_ring_destroy(wkv_vk_state* st) {

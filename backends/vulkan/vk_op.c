@@ -141,11 +141,43 @@ static void write_params(char* base, const wkv_problem* p, const op_plan* op, co
     }
 }
 
+uint64_t wkv_vk_params_bytes(const wkv_problem* p) {
+    return sizeof(gpu_header) + WKV_PROBLEM_VIEWS * sizeof(gpu_tensor) + 16 * (uint64_t)p->num_seqs;
+}
+
+/* The parameter block of a call without host tensors, in place (host-visible device-local
+ * memory): at offset 0 of params, or, appended to an open command buffer (vk_internal.h, ASYNC
+ * CALLS), in the next free region of it. A call that may open a command buffer for others
+ * reserves room for them: batch_max blocks like its own, at most 1 MiB. */
+static wkv_status place_params(wkv_vk_state* st, const wkv_problem* p, op_plan* op, const int64_t* seg0,
+                               wkv_message* msg) {
+    const uint64_t a = wkv_vk_offset_alignment(st);
+    uint64_t at = 0;
+    if (st->appending) {
+        at = wkv_vk_align_up(st->batch_params, a); /* room: checked by vkw_call_begin_append */
+    } else {
+        uint64_t want = op->params_bytes;
+        if (st->batching) {
+            const uint64_t room = wkv_vk_align_up(op->params_bytes, a) * st->batch_max;
+            want = room < (1u << 20) ? room : (1u << 20);
+            if (want < op->params_bytes) want = op->params_bytes;
+        }
+        wkv_status s = vkw_buffer_reserve(st, &st->params, want, WKV_VK_HOST_DEVICE, msg);
+        if (s) return s;
+    }
+    op->total = 0;
+    op->params_buffer = st->params.buffer;
+    op->params_offset = at;
+    st->batch_params = at + op->params_bytes;
+    write_params((char*)st->params.mapped + at, p, op, seg0);
+    return WKV_OK;
+}
+
 wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, const int* in_slots, int n_in,
                           const int* out_slots, int n_out, const int64_t* seg0, wkv_message* msg) {
     memset(op, 0, sizeof *op);
     op->S = p->num_seqs;
-    op->params_bytes = sizeof(gpu_header) + WKV_PROBLEM_VIEWS * sizeof(gpu_tensor) + 16 * (uint64_t)op->S;
+    op->params_bytes = wkv_vk_params_bytes(p);
     wkv_status s;
     for (int i = 0; i < n_in; ++i)
         if ((s = plan_slot(st, p, op, in_slots[i], 0, msg))) return s;
@@ -159,11 +191,9 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
      * wkv_vk_record): the host runs the recording before it records with this context again
      * (wkv_vulkan.h), so rewriting it in place is safe there too. */
     if (!any_host && st->params_direct) {
-        s = vkw_buffer_reserve(st, &st->params, op->params_bytes, WKV_VK_HOST_DEVICE, msg);
+        s = place_params(st, p, op, seg0, msg);
         if (s == WKV_OK) {
-            op->total = 0;
-            op->params_buffer = st->params.buffer;
-            write_params((char*)st->params.mapped, p, op, seg0);
+            vkw_prof_enter(st, WKV_VK_PROF_RECORD);
             return WKV_OK;
         }
         if (s != WKV_ERROR_UNSUPPORTED) return s;
@@ -171,9 +201,10 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
         if (msg) msg->text[0] = '\0';
     }
     /* The shared staging and mirror: an async call (no host tensor, but no direct parameter
-     * block on this device) runs synchronously, after every pending call. */
+     * block on this device) runs synchronously, after every pending call. (It cannot be
+     * appending: only calls with a direct parameter block leave a command buffer open.) */
     if (st->call_async) {
-        st->call_async = 0;
+        st->call_async = st->appending = st->batching = 0;
         if ((s = vkw_drain(st, msg))) return s;
     }
     layout_host(st, op);
@@ -191,6 +222,7 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
     }
     write_params((char*)st->staging.mapped, p, op, seg0);
     op->params_buffer = st->mirror.buffer;
+    vkw_prof_enter(st, WKV_VK_PROF_RECORD);
     return WKV_OK;
 }
 
@@ -205,7 +237,7 @@ void wkv_vk_write_set(wkv_vk_state* st, int kernel, VkDescriptorSet set, const o
         uint32_t b = kern->bindings[i];
         if (b == 0) {
             info[i].buffer = op->params_buffer;
-            info[i].offset = 0;
+            info[i].offset = op->params_offset;
             info[i].range = wkv_vk_align_up(op->params_bytes, 4);
         } else if (b == WKV_VK_BINDING_CKPT) {
             info[i] = *ck;

@@ -179,10 +179,14 @@ wkv_status wkv_vk_descriptor_sets(wkv_vk_state* st, int kernel, uint32_t count, 
     VkResult r;
     const uint32_t total = count + (last_kernel >= 0 ? 1u : 0u);
     st->replay_valid = 0; /* the sets a recorded command buffer uses are about to go */
-    if (!st->desc_pool || st->desc_pool_sets < total) {
+    if (st->appending) { /* the pool's earlier sets belong to the open command buffer: kept */
+        /* room for one: vkw_call_begin_append */
+    } else if (!st->desc_pool || st->desc_pool_sets < total) {
         if (st->desc_pool) st->fn.vkDestroyDescriptorPool(st->device, st->desc_pool, NULL);
         st->desc_pool = VK_NULL_HANDLE;
-        uint32_t sets = total < 16 ? 16 : total;
+        /* an async context's pools hold a full command buffer's worth (batch_max calls) */
+        const uint32_t least = st->async && st->batch_max > 16 ? st->batch_max : 16;
+        uint32_t sets = total < least ? least : total;
         VkDescriptorPoolSize size;
         size.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
         size.descriptorCount = sets * WKV_VK_MAX_BINDINGS;
@@ -213,5 +217,6 @@ wkv_status wkv_vk_descriptor_sets(wkv_vk_state* st, int kernel, uint32_t count, 
             return wkv_vk_result(msg, r, "vkAllocateDescriptorSets");
         done += n;
     }
+    st->batch_sets = (st->appending ? st->batch_sets : 0) + total;
     return WKV_OK;
 }

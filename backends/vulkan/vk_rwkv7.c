@@ -127,6 +127,7 @@ static void replay_key(const wkv_vk_state* st, int kernel, VkPipeline pipe, int6
     k->items = items;
     k->epoch = st->buffer_epoch;
     k->params_bytes = op->params_bytes;
+    k->params_offset = op->params_offset;
     k->params_buffer = op->params_buffer;
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
         k->buffer[i] = op->slot[i].buffer;
@@ -151,12 +152,15 @@ wkv_status wkv_vk_rwkv7_forward(wkv_vk_state* st, const wkv_problem* p, wkv_mess
     const int64_t items = op.S * p->H;
     /* A decode loop on buffers: the same bindings as the last forward, so its command buffer
      * runs again as recorded (the parameter block was just rewritten in place). Only when
-     * nothing is staged (op.total == 0) and not while recording into the host's buffer. */
+     * nothing is staged (op.total == 0), not while recording into the host's buffer, and not
+     * when this call goes into a command buffer with others (batching: vk_internal.h, ASYNC
+     * CALLS; a command buffer of its own would cost the GPU more than the recording saves). */
     vkw_replay_key key;
-    const int replayable = !st->recording && op.total == 0;
+    const int replayable = !st->recording && op.total == 0 && !st->batching;
     if (replayable) {
         replay_key(st, kernel, pipe, items, &op, &key);
         if (st->replay_valid && memcmp(&key, &st->replay_key, sizeof key) == 0) {
+            st->prof.replayed++;
             s = vkw_resubmit_wait(st, msg);
             if (s) st->replay_valid = 0;
             return s;
@@ -177,7 +181,7 @@ wkv_status wkv_vk_rwkv7_forward(wkv_vk_state* st, const wkv_problem* p, wkv_mess
         st->fn.vkCmdDispatch(st->cmd, (uint32_t)count, 1, 1);
     }
     s = wkv_vk_finish_and_download(st, &op, msg);
-    if (s == WKV_OK && replayable) {
+    if (s == WKV_OK && replayable && st->batch_calls == 1) { /* this call alone, ended */
         st->replay_key = key;
         st->replay_valid = 1;
     }

@@ -12,6 +12,7 @@
 #include <vulkan/vulkan_core.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -151,6 +152,50 @@ TEST_CASE("vulkan async: a decode loop of many T=1 steps equals the synchronous 
         }
     }
     CHECK(validation_count(async) == 0);
+}
+
+TEST_CASE("vulkan async: steps gathered into shared command buffers, of any length, equal the synchronous loop") {
+    // While the GPU is busy, forwards go into one open command buffer (vk_internal.h, ASYNC
+    // CALLS), each with its own descriptor set and region of the parameter block. Two decode
+    // loops of different B (parameter blocks of different sizes) on one context, in runs of 1 to
+    // 4 steps of one then of the other; at most 1 call per command buffer (none shared), 3
+    // (full ones submitted while the GPU is busy) and the default.
+    const uint64_t seed = test_seed();
+    Rng rng(seed);
+    INFO("seed=" << seed);
+    const int64_t T = 30, H = 2, N = 32;
+    const Rwkv7Data d1 = random_rwkv7(rng, 1, T, H, N, WKV_DECAY_CLAMPW, true);
+    const Rwkv7Data d3 = random_rwkv7(rng, 3, T, H, N, WKV_DECAY_CLAMPW, true);
+    auto run = [&](wkv_context* ctx, std::vector<float> out[4]) {
+        Decode a(ctx, d1), b(ctx, d3);
+        int64_t ta = 0, tb = 0;
+        for (int turn = 0; ta < T || tb < T; turn++) {
+            Decode& x = turn % 2 ? b : a;
+            int64_t& t = turn % 2 ? tb : ta;
+            for (int i = 0; i < 1 + turn % 4 && t < T; i++, t++) REQUIRE(x.step(t, t) == WKV_OK);
+        }
+        REQUIRE(wkv_context_synchronize(ctx) == WKV_OK);
+        out[0] = a.y_all(), out[1] = a.s_all(), out[2] = b.y_all(), out[3] = b.s_all();
+    };
+    struct Owned { // destroyed even when a REQUIRE ends the case
+        wkv_context* ctx;
+        ~Owned() { wkv_context_destroy(ctx); }
+    };
+    std::vector<float> want[4];
+    {
+        const Owned sync{make_vk(0)};
+        run(sync.ctx, want);
+    }
+    for (const char* batch : {"1", "3", ""}) {
+        CAPTURE(batch);
+        if (*batch) setenv("WKV_VULKAN_BATCH", batch, 1); // read when the context is created
+        const Owned async{make_vk(WKV_CONTEXT_ASYNC)};
+        unsetenv("WKV_VULKAN_BATCH");
+        std::vector<float> got[4];
+        run(async.ctx, got);
+        for (int i = 0; i < 4; i++) CHECK(same_bits(got[i], want[i]));
+        CHECK(validation_count(async.ctx) == 0);
+    }
 }
 
 TEST_CASE("vulkan async: downloads between enqueued steps see every earlier step complete") {
