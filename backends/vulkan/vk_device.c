@@ -500,6 +500,8 @@ wkv_status wkv_vk_create(const wkv_backend_create_args* args, void** out_state, 
     st->params_direct = 1;
     st->async = (wkv_create_flags(args) & WKV_CONTEXT_ASYNC) != 0;
     st->profiling = env_flag("WKV_VULKAN_PROFILE");
+    st->knob_lanes = wkv_vk_env_knob("WKV_VULKAN_LANES");
+    st->knob_tc = wkv_vk_env_knob("WKV_VULKAN_TC");
     st->batch_max = WKV_VK_BATCH_MAX;
     const char* batch = getenv("WKV_VULKAN_BATCH"); /* calls per command buffer (tests, tuning) */
     if (batch && *batch) {

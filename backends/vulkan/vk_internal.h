@@ -166,6 +166,7 @@ typedef struct wkv_vk_state {
     int spin_wait; /* fence waits spin on vkGetFenceStatus (GPUs; WKV_VULKAN_SPIN) */
     int subgroup_shuffle; /* compute shaders have subgroupShuffleXor (else the *_nosg forwards) */
     int subgroup_size;
+    int knob_lanes, knob_tc; /* WKV_VULKAN_LANES, WKV_VULKAN_TC (0: unset; tests, tuning) */
 
     VkCommandPool cmd_pool;
     VkCommandBuffer cmd;
@@ -378,5 +379,7 @@ wkv_status wkv_vk_rwkv4_backward(wkv_vk_state* st, const wkv_problem* p, wkv_mes
 wkv_status wkv_vk_rwkv4_workspace_size(wkv_vk_state* st, const wkv_problem* p, size_t* out, wkv_message* msg);
 /* The forward's specialisation for p: lanes per row, tokens per chunk, dtype (vk_rwkv7.c). */
 vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p);
+/* An integer knob from the environment, 1..1024, else 0 (read when a context is created). */
+int wkv_vk_env_knob(const char* name);
 
 #endif

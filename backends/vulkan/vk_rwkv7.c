@@ -63,12 +63,13 @@ static wkv_status lavapipe_budget(const wkv_vk_state* st, const wkv_problem* p, 
                        "sequence or use another device", (long long)longest, (long long)p->N, (long long)count);
 }
 
-static int env_int(const char* name, int fallback) {
+/* A knob read once per context (WKV_VULKAN_LANES, WKV_VULKAN_TC): 1..1024, else 0 (unset). */
+int wkv_vk_env_knob(const char* name) {
     const char* v = getenv(name);
-    if (!v || !*v) return fallback;
+    if (!v || !*v) return 0;
     char* end = NULL;
     long x = strtol(v, &end, 10);
-    return end && *end == '\0' && x > 0 && x <= 1024 ? (int)x : fallback;
+    return end && *end == '\0' && x > 0 && x <= 1024 ? (int)x : 0;
 }
 
 /* The forward's shape (shaders/wkv_rows.glsl). Lanes per state row C: the per-token chain of
@@ -91,7 +92,7 @@ vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p) {
         const int64_t longest = wkv_vk_longest(p);
         c = longest <= 4 ? 8 : threads <= 65536 ? 2 : 1;
         while ((int64_t)c * 64 < N) c *= 2;
-        c = env_int("WKV_VULKAN_LANES", c);
+        if (st->knob_lanes) c = st->knob_lanes;
         int pow2 = 1;
         while (pow2 * 2 <= c) pow2 *= 2;
         c = pow2;
@@ -100,7 +101,7 @@ vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p) {
             c /= 2;
     }
     const int64_t n4 = (N + 3) / 4, np4 = (n4 + c - 1) / c * c * 4;
-    int64_t tc = env_int("WKV_VULKAN_TC", 8 * c);
+    int64_t tc = st->knob_tc ? st->knob_tc : 8 * c;
     while (tc > 1 && 24 * tc * np4 > (int64_t)lim->maxComputeSharedMemorySize) tc /= 2;
     const int64_t longest = wkv_vk_longest(p);
     while (tc > 1 && tc / 2 >= longest) tc /= 2;
