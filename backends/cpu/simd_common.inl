@@ -33,11 +33,95 @@ WKV_SIMD_INLINE T vexp(T x) noexcept {
     return V::scale2(p, n);
 }
 
+/* vexp of U vectors in lockstep: the same operations in the same order per vector (the same
+ * results), interleaved so that U independent chains fill the pipelines. One vexp is a chain
+ * of ~20 dependent operations; called on one vector after another, as a decay row's few vectors
+ * were, the out-of-order window held only a couple of them (NOTES.md, step 22). */
+template <int U>
+WKV_SIMD_INLINE void vexp_n(T* x) noexcept {
+    T n[U], r[U], p[U];
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) x[u] = V::min(V::set1(88.8f), V::max(V::set1(-104.0f), x[u]));
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) n[u] = V::round(V::mul(x[u], V::set1(1.44269504088896341f)));
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) r[u] = V::fnma(n[u], V::set1(0.693359375f), x[u]);
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) r[u] = V::fnma(n[u], V::set1(-2.12194440e-4f), r[u]);
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) p[u] = V::fma(V::set1(1.9875691500e-4f), r[u], V::set1(1.3981999507e-3f));
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) p[u] = V::fma(p[u], r[u], V::set1(8.3334519073e-3f));
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) p[u] = V::fma(p[u], r[u], V::set1(4.1665795894e-2f));
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) p[u] = V::fma(p[u], r[u], V::set1(1.6666665459e-1f));
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) p[u] = V::fma(p[u], r[u], V::set1(5.0000001201e-1f));
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) p[u] = V::fma(p[u], V::mul(r[u], r[u]), V::add(r[u], V::set1(1.0f)));
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) x[u] = V::scale2(p[u], n[u]);
+}
+
+/* decay_rows' LOG, EXP_NEG_EXP and CLAMPW decays (and derivatives when ddw) of U vectors in
+ * lockstep: its formulas and operations, interleaved as vexp_n is. */
+template <int U>
+WKV_SIMD_INLINE void decay_n(wkv_decay_form form, const float* w, float* decay,
+                             float* ddw) noexcept {
+    const T one = V::set1(1.0f);
+    T x[U], d[U], g[U];
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) x[u] = V::load(w + u * W);
+    if (form == WKV_DECAY_LOG) {
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) d[u] = x[u];
+        vexp_n<U>(d);
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) g[u] = d[u];
+    } else if (form == WKV_DECAY_EXP_NEG_EXP) {
+        T e[U];
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) e[u] = x[u];
+        vexp_n<U>(e);
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) d[u] = V::neg(e[u]);
+        vexp_n<U>(d);
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u)
+            g[u] = V::blend(V::eq(e[u], V::set1(INFINITY)), V::set1(-0.0f), V::neg(V::mul(e[u], d[u])));
+    } else { /* WKV_DECAY_CLAMPW */
+        T z[U], inv[U];
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) z[u] = V::neg(V::abs(x[u]));
+        vexp_n<U>(z);
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) {
+            inv[u] = V::div(one, V::add(one, z[u]));
+            const T sig = V::blend(V::ge(x[u], V::zero()), inv[u], V::mul(z[u], inv[u]));
+            d[u] = V::mul(V::set1(-kClampwScale), sig);
+        }
+        vexp_n<U>(d);
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u)
+            g[u] = V::mul(V::mul(V::set1(-kClampwScale), V::mul(V::mul(z[u], inv[u]), inv[u])), d[u]);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) {
+        V::store(decay + u * W, d[u]);
+        if (ddw) V::store(ddw + u * W, g[u]);
+    }
+}
+
 /* decay_row() (cpu_internal.h) on Np = nv * W lanes: the same formulas, vectorized. */
 inline void decay_rows(wkv_decay_form form, const float* w, float* decay, float* ddw,
                        int64_t Np) noexcept {
     const T one = V::set1(1.0f);
-    for (int64_t j = 0; j < Np; j += W) {
+    int64_t j0 = 0;
+    if (form == WKV_DECAY_LOG || form == WKV_DECAY_EXP_NEG_EXP || form == WKV_DECAY_CLAMPW)
+        for (; j0 + 4 * W <= Np; j0 += 4 * W) /* 4 vectors at a time, in lockstep */
+            decay_n<4>(form, w + j0, decay + j0, ddw ? ddw + j0 : nullptr);
+    for (int64_t j = j0; j < Np; j += W) {
         const T x = V::load(w + j);
         T d, g = one;
         switch (form) {
