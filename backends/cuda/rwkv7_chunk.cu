@@ -68,10 +68,10 @@ struct ChunkWs {
  * matrices' float4 reads of rows s, s + 1, ... fall in distinct banks. */
 template <int N, int C>
 struct LocalSmem {
-    static constexpr int NP = N + 4, CP = C + 1;
+    static constexpr int NP = N + 4, CT = C + 4; /* matrices stored transposed, rows of CT */
     static constexpr int R = 0, A = R + C * NP, B = A + C * NP, K = B + C * NP, V = K + C * NP,
                          G = V + C * N, /* log decays; later ul_t (U) */
-        U = G, M = G + C * N, GM = M + 4 * C * CP, FLOATS = GM + N;
+        U = G, M = G + C * N, GM = M + 4 * C * CT, FLOATS = GM + N;
 };
 
 __device__ __forceinline__ float clampw_log_decay(float w) {
@@ -82,12 +82,28 @@ __device__ __forceinline__ float clampw_log_decay(float w) {
     return -0.60653065971263342f * sig;
 }
 
+/* x[t] += row[t] f for t in [lo, C); row 16-byte aligned. Called from fully unrolled loops, so
+ * lo is a constant there and the skipped groups and lanes cost nothing. */
+template <int C>
+__device__ __forceinline__ void axpy_row(float (&x)[C], const float* row, float f, int lo) {
+#pragma unroll
+    for (int k = 0; k < C / 4; ++k) {
+        if (4 * k + 3 < lo) continue;
+        const float4 a = reinterpret_cast<const float4*>(row)[k];
+        if (4 * k >= lo) x[4 * k] = fmaf(a.x, f, x[4 * k]);
+        if (4 * k + 1 >= lo) x[4 * k + 1] = fmaf(a.y, f, x[4 * k + 1]);
+        if (4 * k + 2 >= lo) x[4 * k + 2] = fmaf(a.z, f, x[4 * k + 2]);
+        x[4 * k + 3] = fmaf(a.w, f, x[4 * k + 3]);
+    }
+}
+
 template <int N, int C>
 __global__ void __launch_bounds__(kLocalThreads, 2)
     rwkv7_chunk_local_kernel(const __grid_constant__ Rwkv7ChunkParams p) {
     using SM = LocalSmem<N, C>;
     using WS = ChunkWs<N, C>;
-    constexpr int NP = SM::NP, CP = SM::CP, NT = kLocalThreads;
+    constexpr int NP = SM::NP, CT = SM::CT, NT = kLocalThreads;
+    static_assert(NT % N == 0 && (C * N) % NT == 0, "staging: a fixed column per thread");
     extern __shared__ float4 smem4[];
     float* sm = reinterpret_cast<float*>(smem4);
     float* sR = sm + SM::R; /* r, then re_t = r_t exp(G_t) */
@@ -97,7 +113,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2)
     float* sV = sm + SM::V; /* v [C][N] */
     float* sG = sm + SM::G; /* log decay [C][N]; reused for ul [C][N] */
     float* sU = sm + SM::U;
-    float* sM = sm + SM::M; /* Aab, Aak, Arb, Ark: [C][CP] each */
+    float* sM = sm + SM::M; /* Aab, Aak, Arb, Ark transposed: [s][t], rows of CT */
     float* sGam = sm + SM::GM;
 
     const int tid = threadIdx.x;
@@ -106,24 +122,31 @@ __global__ void __launch_bounds__(kLocalThreads, 2)
     const int64_t t0 = c * C;
     float* ws = p.ws + (size_t)blockIdx.x * WS::FLOATS;
 
-    /* tokens, clamped index (no load under a branch), zero past T */
+    /* tokens, clamped index (no load under a branch), zero past T; thread tid always stages
+     * column tid % N, so the index arithmetic is hoisted */
+    {
+        const int j = tid % N, u0 = tid / N;
+        const int64_t br = s * p.r.s[0] + h * p.r.s[2] + j * p.r.s[3], bw = s * p.w.s[0] + h * p.w.s[2] + j * p.w.s[3];
+        const int64_t bk = s * p.k.s[0] + h * p.k.s[2] + j * p.k.s[3], bv = s * p.v.s[0] + h * p.v.s[2] + j * p.v.s[3];
+        const int64_t ba = s * p.a.s[0] + h * p.a.s[2] + j * p.a.s[3], bb = s * p.b.s[0] + h * p.b.s[2] + j * p.b.s[3];
 #pragma unroll 4
-    for (int e = tid; e < C * N; e += NT) {
-        const int u = e / N, j = e % N;
-        const int64_t t = min64(t0 + u, p.T - 1);
-        const bool in = t0 + u < p.T;
-        const float r = elem::load(p.r, s * p.r.s[0] + t * p.r.s[1] + h * p.r.s[2] + j * p.r.s[3]);
-        const float w = elem::load(p.w, s * p.w.s[0] + t * p.w.s[1] + h * p.w.s[2] + j * p.w.s[3]);
-        const float k = elem::load(p.k, s * p.k.s[0] + t * p.k.s[1] + h * p.k.s[2] + j * p.k.s[3]);
-        const float v = elem::load(p.v, s * p.v.s[0] + t * p.v.s[1] + h * p.v.s[2] + j * p.v.s[3]);
-        const float a = elem::load(p.a, s * p.a.s[0] + t * p.a.s[1] + h * p.a.s[2] + j * p.a.s[3]);
-        const float b = elem::load(p.b, s * p.b.s[0] + t * p.b.s[1] + h * p.b.s[2] + j * p.b.s[3]);
-        sR[u * NP + j] = in ? r : 0.0f;
-        sK[u * NP + j] = in ? k : 0.0f;
-        sA[u * NP + j] = in ? a : 0.0f;
-        sB[u * NP + j] = in ? b : 0.0f;
-        sV[u * N + j] = in ? v : 0.0f;
-        sG[u * N + j] = in ? clampw_log_decay(w) : 0.0f;
+        for (int x = 0; x < C * N / NT; ++x) {
+            const int u = u0 + x * (NT / N);
+            const int64_t t = min64(t0 + u, p.T - 1);
+            const bool in = t0 + u < p.T;
+            const float r = elem::load(p.r, br + t * p.r.s[1]);
+            const float w = elem::load(p.w, bw + t * p.w.s[1]);
+            const float k = elem::load(p.k, bk + t * p.k.s[1]);
+            const float v = elem::load(p.v, bv + t * p.v.s[1]);
+            const float a = elem::load(p.a, ba + t * p.a.s[1]);
+            const float b = elem::load(p.b, bb + t * p.b.s[1]);
+            sR[u * NP + j] = in ? r : 0.0f;
+            sK[u * NP + j] = in ? k : 0.0f;
+            sA[u * NP + j] = in ? a : 0.0f;
+            sB[u * NP + j] = in ? b : 0.0f;
+            sV[u * N + j] = in ? v : 0.0f;
+            sG[u * N + j] = in ? clampw_log_decay(w) : 0.0f;
+        }
     }
     __syncthreads();
 
@@ -180,18 +203,19 @@ __global__ void __launch_bounds__(kLocalThreads, 2)
 #pragma unroll
             for (int y = 0; y < 2; ++y) {
                 const int t = ti + x * HC, sj = si + y * HC;
-                sM[0 * C * CP + t * CP + sj] = sj < t ? acc[0][x][y] : 0.0f;
-                sM[1 * C * CP + t * CP + sj] = sj < t ? acc[1][x][y] : 0.0f;
-                sM[2 * C * CP + t * CP + sj] = sj <= t ? acc[2][x][y] : 0.0f;
-                sM[3 * C * CP + t * CP + sj] = sj <= t ? acc[3][x][y] : 0.0f;
+                sM[0 * C * CT + sj * CT + t] = sj < t ? acc[0][x][y] : 0.0f;
+                sM[1 * C * CT + sj * CT + t] = sj < t ? acc[1][x][y] : 0.0f;
+                sM[2 * C * CT + sj * CT + t] = sj <= t ? acc[2][x][y] : 0.0f;
+                sM[3 * C * CT + sj * CT + t] = sj <= t ? acc[3][x][y] : 0.0f;
             }
     }
     __syncthreads();
 
-    const float* Aab = sM;
-    const float* Aak = sM + C * CP;
-    const float* Arb = sM + 2 * C * CP;
-    const float* Ark = sM + 3 * C * CP;
+    /* transposed: row u of AabT holds Aab[t][u] over t, read as float4s by axpy_row */
+    const float* AabT = sM;
+    const float* AakT = sM + C * CT;
+    const float* ArbT = sM + 2 * C * CT;
+    const float* ArkT = sM + 3 * C * CT;
     /* The triangular solves, right-looking: once x_u is known its term goes into every later
      * accumulator, so the dependent chain is one FMA per step (C steps), not one per term. */
     if (tid < N) {
@@ -203,10 +227,8 @@ __global__ void __launch_bounds__(kLocalThreads, 2)
         for (int t = 0; t < C; ++t) w[t] = sA[t * NP + j], z[t] = sR[t * NP + j];
 #pragma unroll
         for (int u = 0; u < C; ++u) {
-#pragma unroll
-            for (int t = u + 1; t < C; ++t) w[t] = fmaf(Aab[t * CP + u], w[u], w[t]);
-#pragma unroll
-            for (int t = u; t < C; ++t) z[t] = fmaf(Arb[t * CP + u], w[u], z[t]);
+            axpy_row<C>(w, AabT + u * CT, w[u], u + 1);
+            axpy_row<C>(z, ArbT + u * CT, w[u], u);
         }
         float4* out = reinterpret_cast<float4*>(ws + WS::WZ + (size_t)j * 2 * C);
 #pragma unroll
@@ -223,17 +245,13 @@ __global__ void __launch_bounds__(kLocalThreads, 2)
 #pragma unroll
         for (int u = 0; u < C; ++u) {
             const float v = sV[u * N + i];
-#pragma unroll
-            for (int t = u + 1; t < C; ++t) ul[t] = fmaf(Aak[t * CP + u], v, ul[t]);
-#pragma unroll
-            for (int t = u; t < C; ++t) yl[t] = fmaf(Ark[t * CP + u], v, yl[t]);
+            axpy_row<C>(ul, AakT + u * CT, v, u + 1);
+            axpy_row<C>(yl, ArkT + u * CT, v, u);
         }
 #pragma unroll
         for (int u = 0; u < C; ++u) {
-#pragma unroll
-            for (int t = u + 1; t < C; ++t) ul[t] = fmaf(Aab[t * CP + u], ul[u], ul[t]);
-#pragma unroll
-            for (int t = u; t < C; ++t) yl[t] = fmaf(Arb[t * CP + u], ul[u], yl[t]);
+            axpy_row<C>(ul, AabT + u * CT, ul[u], u + 1);
+            axpy_row<C>(yl, ArbT + u * CT, ul[u], u);
         }
         /* sU aliases the log decays: every thread finished with them two barriers ago */
 #pragma unroll
