@@ -42,6 +42,10 @@ WKV_STATE_OUT(dsin, SLOT_DSIN)
 
 layout(std430, set = 0, binding = BINDING_CKPT) coherent buffer Ckpt { float ck[]; };
 layout(std430, set = 0, binding = BINDING_REPLAY) coherent buffer Replay { float rep[]; };
+// vec4 views of the same bindings: a thread's row in 16-byte pieces (WKV_ROW_STORE)
+layout(std430, set = 0, binding = BINDING_CKPT) coherent buffer Ckpt4 { vec4 ck4[]; };
+layout(std430, set = 0, binding = BINDING_REPLAY) coherent buffer Replay4 { vec4 rep4[]; };
+#define S6_(j) S_a[j]
 layout(std430, set = 0, binding = BINDING_PART) buffer Part { float part[]; };
 
 shared float s_r[N], s_d[N], s_ddw[N], s_k[N], s_v[N], s_u[N], s_dy[N];
@@ -67,7 +71,7 @@ void main() {
     }
     // 1. checkpoints
     for (int g = 0; g + 1 < nseg; ++g) {
-        WKV_FOR_N(j) ck[ck0 + g * NN + x * N + j] = S_a[j]; WKV_END
+        WKV_ROW_STORE(ck, ck4, ck0 + g * NN + x * N, S6_)
         for (int t = t0 + g * WKV_K; t < t0 + (g + 1) * WKV_K; ++t) {
             float ddw;
             s_d[x] = decay_of(ld_w(tok(SLOT_W, batch, t, h, x)), ddw);
@@ -79,7 +83,7 @@ void main() {
         }
     }
     if (nseg > 0) {
-        WKV_FOR_N(j) ck[ck0 + (nseg - 1) * NN + x * N + j] = S_a[j]; WKV_END
+        WKV_ROW_STORE(ck, ck4, ck0 + (nseg - 1) * NN + x * N, S6_)
     }
 
     // 2. segments in reverse
@@ -93,10 +97,8 @@ void main() {
     for (int g = nseg - 1; g >= 0; --g) {
         const int ts = t0 + g * WKV_K;
         const int m = min(WKV_K, t1 - ts);
-        WKV_FOR_N(j) {
-            S_a[j] = ck[ck0 + g * NN + x * N + j];
-            rep[rp + x * N + j] = S_a[j];
-        } WKV_END
+        WKV_ROW_LOAD(ck, ck4, ck0 + g * NN + x * N, S6_)
+        WKV_ROW_STORE(rep, rep4, rp + x * N, S6_)
         for (int q = 0; q + 1 < m; ++q) {
             const int t = ts + q;
             float ddw;
@@ -105,10 +107,8 @@ void main() {
             const float vx = ld_v(tok(SLOT_V, batch, t, h, x));
             barrier();
             const int o = rp + (q + 1) * NN + x * N;
-            WKV_FOR_N(j) {
-                S_a[j] = S_a[j] * s_d[j] + vx * s_k[j];
-                rep[o + j] = S_a[j];
-            } WKV_END
+            WKV_FOR_N(j) S_a[j] = S_a[j] * s_d[j] + vx * s_k[j]; WKV_END
+            WKV_ROW_STORE(rep, rep4, o, S6_)
             barrier();
         }
         memoryBarrierBuffer();

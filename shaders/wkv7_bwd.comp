@@ -46,6 +46,9 @@ WKV_STATE_OUT(dsin, SLOT_DSIN)
 
 layout(std430, set = 0, binding = BINDING_CKPT) coherent buffer Ckpt { float ck[]; };
 layout(std430, set = 0, binding = BINDING_REPLAY) coherent buffer Replay { float rep[]; };
+// vec4 views of the same bindings: a thread's row in 16-byte pieces (WKV_ROW_STORE)
+layout(std430, set = 0, binding = BINDING_CKPT) coherent buffer Ckpt4 { vec4 ck4[]; };
+layout(std430, set = 0, binding = BINDING_REPLAY) coherent buffer Replay4 { vec4 rep4[]; };
 
 // Per-invocation rows: S (the state row x), dR (row x of dS), dC (column x of dS).
 #define WKV_DECL_ROWS float S_a[N], DR_a[N], DC_a[N];
@@ -87,7 +90,7 @@ void main() {
         WKV_FOR_N(j) S_(j) = 0.0; WKV_END
     }
     for (int g = 0; g + 1 < nseg; ++g) {
-        WKV_FOR_N(j) ck[ck0 + g * NN + x * N + j] = S_(j); WKV_END
+        WKV_ROW_STORE(ck, ck4, ck0 + g * NN + x * N, S_)
         for (int t = t0 + g * WKV_K; t < t0 + (g + 1) * WKV_K; ++t) {
             load_step(batch, t, h, x);
             barrier();
@@ -99,7 +102,7 @@ void main() {
         }
     }
     if (nseg > 0) {
-        WKV_FOR_N(j) ck[ck0 + (nseg - 1) * NN + x * N + j] = S_(j); WKV_END
+        WKV_ROW_STORE(ck, ck4, ck0 + (nseg - 1) * NN + x * N, S_)
     }
 
     // 2. segments in reverse
@@ -113,10 +116,8 @@ void main() {
         const int ts = t0 + g * WKV_K;
         const int m = min(WKV_K, t1 - ts);
         // replay: rep[0] = C_g, rep[u + 1] = S after token ts + u
-        WKV_FOR_N(j) {
-            S_(j) = ck[ck0 + g * NN + x * N + j];
-            rep[rp + x * N + j] = S_(j);
-        } WKV_END
+        WKV_ROW_LOAD(ck, ck4, ck0 + g * NN + x * N, S_)
+        WKV_ROW_STORE(rep, rep4, rp + x * N, S_)
         for (int u = 0; u < m; ++u) {
             load_step(batch, ts + u, h, x);
             barrier();
@@ -125,10 +126,8 @@ void main() {
             rep[rsa + u * N + x] = sa;
             const float vx = s_v[x];
             const int o = rp + (u + 1) * NN + x * N;
-            WKV_FOR_N(j) {
-                S_(j) = S_(j) * s_d[j] + sa * s_b[j] + vx * s_k[j];
-                rep[o + j] = S_(j);
-            } WKV_END
+            WKV_FOR_N(j) S_(j) = S_(j) * s_d[j] + sa * s_b[j] + vx * s_k[j]; WKV_END
+            WKV_ROW_STORE(rep, rep4, o, S_)
             barrier();
         }
         memoryBarrierBuffer();

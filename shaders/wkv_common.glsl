@@ -44,6 +44,29 @@
 #endif
 #define WKV_FOR_N(j) WKV_FOR_COUNT(j, N)
 
+// A thread's own row of N floats, R(j), stored to / loaded from elements base .. base + N - 1 of
+// a float[] buffer B, through B4, a vec4[] alias of the same binding, when N is a multiple of 4
+// (base then is too: every row's offset is a multiple of N from a 16-byte aligned binding).
+// Rows of consecutive threads lie N floats apart, so a warp's scalar access touches 32 separate
+// lines per instruction; as vec4 it takes 4x fewer instructions. The backwards' replay stores
+// were most of their time (RWKV-7 B=8 T=4096: 56 of 95 ms; backends/vulkan/NOTES.md, backward).
+#define WKV_ROW_STORE(B, B4, base, R)                                                          \
+    if (N % 4 == 0) {                                                                          \
+        [[unroll]] for (int q_ = 0; q_ < N / 4; ++q_)                                          \
+            B4[((base) >> 2) + q_] = vec4(R(4 * q_), R(4 * q_ + 1), R(4 * q_ + 2), R(4 * q_ + 3)); \
+    } else {                                                                                   \
+        WKV_FOR_N(j_) B[(base) + j_] = R(j_); WKV_END                                          \
+    }
+#define WKV_ROW_LOAD(B, B4, base, R)                                                           \
+    if (N % 4 == 0) {                                                                          \
+        [[unroll]] for (int q_ = 0; q_ < N / 4; ++q_) {                                        \
+            const vec4 v_ = B4[((base) >> 2) + q_];                                            \
+            R(4 * q_) = v_.x; R(4 * q_ + 1) = v_.y; R(4 * q_ + 2) = v_.z; R(4 * q_ + 3) = v_.w;  \
+        }                                                                                      \
+    } else {                                                                                   \
+        WKV_FOR_N(j_) R(j_) = B[(base) + j_]; WKV_END                                          \
+    }
+
 // The dtype of a tensor slot. A shader may define WKV_SLOT_DTYPE(slot) before including this
 // file to make it a specialisation constant where the host knows it (no branch per load).
 #ifndef WKV_SLOT_DTYPE
