@@ -465,7 +465,7 @@ wkv_status vkw_call_begin_append(wkv_vk_state* st, int async, uint64_t params_by
 
 /* ------------------------------------------------------------------------- profiling */
 
-uint64_t wkv_vk_now_ns(void) {
+static uint64_t wkv_vk_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "test_fault_util.h"
 #include "test_util.h"
 #include "wkv/wkv_vulkan.h"
 
@@ -196,6 +197,53 @@ TEST_CASE("vulkan async: steps gathered into shared command buffers, of any leng
         for (int i = 0; i < 4; i++) CHECK(same_bits(got[i], want[i]));
         CHECK(validation_count(async.ctx) == 0);
     }
+}
+
+TEST_CASE("vulkan async: a submission that fails is returned by the call or synchronize that made it") {
+    // Which call submits depends on how the steps gathered (vk_internal.h, ASYNC CALLS), so the
+    // n-th submission fails at some step or at the synchronize: the calls before it succeed, it
+    // returns WKV_ERROR_DEVICE_LOST, every later call is refused, and destroy frees everything.
+    if (!faults_compiled_in()) return;
+    const uint64_t seed = test_seed();
+    Rng rng(seed);
+    INFO("seed=" << seed);
+    const int64_t T = 24;
+    const Rwkv7Data d = random_rwkv7(rng, 1, T, 2, 32, WKV_DECAY_CLAMPW, true);
+    int injected = 0;
+    // the decode's set-up submits 16 times (8 buffers: zero fill, upload); then the steps
+    for (int n = 17; n <= 20; n++) {
+        CAPTURE(n);
+        wkv_context* ctx = nullptr;
+        {
+            const FaultEnv env(("device_lost:submit@" + std::to_string(n)).c_str());
+            ctx = make_vk(WKV_CONTEXT_ASYNC);
+        }
+        {
+            Decode a(ctx, d);
+            int failed_at = -1; // step index, T: the synchronize
+            for (int64_t t = 0; t <= T; t++) {
+                const wkv_status st = t < T ? a.step(t, t) : wkv_context_synchronize(ctx);
+                if (failed_at >= 0) {
+                    CHECK(st == WKV_ERROR_DEVICE_LOST);
+                } else if (st != WKV_OK) {
+                    CHECK(st == WKV_ERROR_DEVICE_LOST);
+                    CHECK(contains(wkv_last_error(ctx), "VK_ERROR_DEVICE_LOST"));
+                    failed_at = static_cast<int>(t);
+                }
+            }
+            if (failed_at >= 0) {
+                ++injected;
+                CHECK(wkv_context_health(ctx) == WKV_ERROR_DEVICE_LOST);
+                CHECK(wkv_context_synchronize(ctx) == WKV_ERROR_DEVICE_LOST);
+            } else {
+                CHECK(wkv_context_health(ctx) == WKV_OK); // fewer submissions than n
+            }
+            for (auto*& b : a.in) b = nullptr; // freed with the context
+            a.y = a.state = nullptr;
+        }
+        wkv_context_destroy(ctx);
+    }
+    CHECK(injected >= 1); // n = 17: the first step, submitted at once on an idle GPU
 }
 
 TEST_CASE("vulkan async: downloads between enqueued steps see every earlier step complete") {
