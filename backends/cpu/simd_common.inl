@@ -118,9 +118,12 @@ inline void decay_rows(wkv_decay_form form, const float* w, float* decay, float*
                        int64_t Np) noexcept {
     const T one = V::set1(1.0f);
     int64_t j0 = 0;
-    if (form == WKV_DECAY_LOG || form == WKV_DECAY_EXP_NEG_EXP || form == WKV_DECAY_CLAMPW)
+    if (form == WKV_DECAY_LOG || form == WKV_DECAY_EXP_NEG_EXP || form == WKV_DECAY_CLAMPW) {
         for (; j0 + 4 * W <= Np; j0 += 4 * W) /* 4 vectors at a time, in lockstep */
             decay_n<4>(form, w + j0, decay + j0, ddw ? ddw + j0 : nullptr);
+        for (; j0 + 2 * W <= Np; j0 += 2 * W) /* the rest (N = 32 on AVX-512): 2 at a time */
+            decay_n<2>(form, w + j0, decay + j0, ddw ? ddw + j0 : nullptr);
+    }
     for (int64_t j = j0; j < Np; j += W) {
         const T x = V::load(w + j);
         T d, g = one;
