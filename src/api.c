@@ -323,18 +323,21 @@ const char* wkv_last_error(const wkv_context* ctx) { return ctx ? ctx->last_erro
 
 /* ----------------------------------------------------------------------------- the ops */
 
+/* Whether the backend's iface has the (appended) member m: ABI v2's saves_checkpoints, v3's
+ * forward_scratch_size. */
+#define IFACE_HAS(iface, m) \
+    ((iface)->struct_size >= offsetof(wkv_backend_iface, m) + sizeof((iface)->m) ? (iface)->m : NULL)
+
 /* The backend's saves_checkpoints hook (ABI v2), or NULL. */
 static int32_t (*saves_hook(const wkv_backend_iface* iface))(void*, const wkv_problem*) {
-    return iface->struct_size >= sizeof(wkv_backend_iface) ? iface->saves_checkpoints : NULL;
+    return IFACE_HAS(iface, saves_checkpoints);
 }
 
 /* A forward with a workspace (p->workspace set by the validation): when the backend saves
  * checkpoints for p, checks the workspace against the backward's size (the workspace of the
- * backward of this very problem) and sets p->save_checkpoints; otherwise drops it. Makes room
- * for the context's record first, so nothing can fail once the forward has run. */
+ * backward of this very problem) and sets p->save_checkpoints; otherwise drops it. */
 static wkv_status prepare_save(wkv_context* ctx, wkv_problem* p, const wkv_spans* spans, wkv_message* m) {
     if (!p->workspace) return WKV_OK;
-    if (!wkv_ckpt_reserve(&ctx->ckpts)) return wkv_fail(m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
     int32_t (*saves)(void*, const wkv_problem*) = saves_hook(ctx->iface);
     wkv_workspace_mem_kind(&ctx->target, p, NULL); /* a backend may save into device memory only */
     if (!saves || !saves(ctx->backend_state, p)) {
@@ -350,10 +353,55 @@ static wkv_status prepare_save(wkv_context* ctx, wkv_problem* p, const wkv_spans
     memset(&b.state_out, 0, sizeof b.state_out);
     memset(&b.mem[7], 0, sizeof b.mem[0]); /* y and state_out (backend.h's order) */
     memset(&b.mem[9], 0, sizeof b.mem[0]);
+    b.scratch = NULL; /* the forward's */
+    b.scratch_size = 0;
     size_t needed = 0;
     wkv_status st = ctx->iface->workspace_size(ctx->backend_state, &b, &needed, m);
     if (!st) st = wkv_validate_workspace_mem(&ctx->target, NULL, spans, needed, p, m);
     if (!st) p->save_checkpoints = 1;
+    return st;
+}
+
+/* The forward's scratch (p->scratch set by the validation, after prepare_save: the size may
+ * depend on p->save_checkpoints): asks the backend how much p can use (*needed; 0 without the
+ * ABI v3 hook) and checks the scratch against it, or with check_size == 0 (the size query) only
+ * what does not depend on the size. The backend gets it only where it can use it. */
+static wkv_status resolve_scratch(wkv_context* ctx, wkv_problem* p, const wkv_spans* spans, int check_size,
+                                  size_t* needed, wkv_message* m) {
+    void* scratch = p->scratch;
+    size_t scratch_size = p->scratch_size;
+    p->scratch = NULL; /* the size must not depend on it (backend.h) */
+    p->scratch_size = 0;
+    *needed = 0;
+    wkv_status (*size_hook)(void*, const wkv_problem*, size_t*, wkv_message*) =
+        IFACE_HAS(ctx->iface, forward_scratch_size);
+    wkv_status st = size_hook ? size_hook(ctx->backend_state, p, needed, m) : WKV_OK;
+    if (st) return st;
+    p->scratch = scratch;
+    p->scratch_size = scratch_size;
+    st = wkv_validate_scratch_mem(&ctx->target, spans, check_size ? *needed : 0, p, m);
+    if (st || *needed == 0 || !scratch) { /* nothing to hand on */
+        p->scratch = NULL;
+        p->scratch_size = 0;
+        memset(&p->scratch_mem, 0, sizeof p->scratch_mem);
+    }
+    return st;
+}
+
+/* Validates a forward descriptor for running it (check_size = 1) or for the scratch size query
+ * (0): tensors, the workspace where the backend saves checkpoints, the scratch. *ws, *ws_size:
+ * the caller's workspace (which p keeps only where the backend saves into it). */
+static wkv_status prepare_forward(wkv_context* ctx, const wkv_forward_desc* desc, int check_size, wkv_problem* p,
+                                  wkv_spans* spans, void** ws, size_t* ws_size, size_t* scratch_needed,
+                                  wkv_message* m) {
+    *ws = NULL;
+    *ws_size = 0;
+    wkv_status st = wkv_validate_forward_spans(&ctx->target, desc, p, spans, m);
+    if (st) return st;
+    *ws = p->workspace;
+    *ws_size = p->workspace_size;
+    st = prepare_save(ctx, p, spans, m);
+    if (!st) st = resolve_scratch(ctx, p, spans, check_size, scratch_needed, m);
     return st;
 }
 
@@ -364,10 +412,11 @@ wkv_status wkv_forward(wkv_context* ctx, const wkv_forward_desc* desc) {
     wkv_spans spans;
     wkv_message m;
     m.text[0] = '\0';
-    st = wkv_validate_forward_spans(&ctx->target, desc, &p, &spans, &m);
-    void* ws = p.workspace;
-    size_t ws_size = p.workspace_size;
-    if (!st) st = prepare_save(ctx, &p, &spans, &m);
+    size_t scratch_needed = 0, ws_size = 0;
+    void* ws = NULL;
+    st = prepare_forward(ctx, desc, 1, &p, &spans, &ws, &ws_size, &scratch_needed, &m);
+    /* room for the context's record of the workspace, so nothing can fail once the forward ran */
+    if (!st && ws && !wkv_ckpt_reserve(&ctx->ckpts)) st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
     if (!st) st = ctx->iface->forward(ctx->backend_state, &p, &m);
     if (!st && ws) wkv_ckpt_note_forward(ctx->ckpts, &p, ws, ws_size, p.save_checkpoints);
     st = finish(ctx, "wkv_forward", st, &m);
@@ -431,6 +480,23 @@ wkv_status wkv_workspace_size(wkv_context* ctx, size_t* out_bytes, const wkv_bac
     return st;
 }
 
+wkv_status wkv_forward_scratch_size(wkv_context* ctx, size_t* out_bytes, const wkv_forward_desc* desc) {
+    wkv_status st = enter(ctx, "wkv_forward_scratch_size");
+    if (st) return st;
+    wkv_problem p;
+    wkv_spans spans;
+    wkv_message m;
+    m.text[0] = '\0';
+    size_t needed = 0, ws_size = 0;
+    void* ws = NULL;
+    if (!out_bytes) st = wkv_fail(&m, WKV_ERROR_NULL_POINTER, "out_bytes is NULL");
+    else st = prepare_forward(ctx, desc, 0, &p, &spans, &ws, &ws_size, &needed, &m);
+    if (!st) *out_bytes = needed;
+    st = finish(ctx, "wkv_forward_scratch_size", st, &m);
+    leave(ctx);
+    return st;
+}
+
 wkv_status wkv_context_record(wkv_context* ctx, const char* fn, wkv_backend backend, int32_t request, void* cmd,
                               const void* desc, int backward) {
     wkv_status st = enter(ctx, fn);
@@ -459,6 +525,8 @@ wkv_status wkv_context_record(wkv_context* ctx, const char* fn, wkv_backend back
         ws_size = p.workspace_size;
         p.workspace = NULL;
         p.workspace_size = 0;
+        size_t scratch_needed = 0; /* the scratch, checked as wkv_forward checks it */
+        if (!st) st = resolve_scratch(ctx, &p, &spans, 1, &scratch_needed, &m);
         if (!st && ws && !wkv_ckpt_reserve(&ctx->ckpts)) st = wkv_fail(&m, WKV_ERROR_OUT_OF_MEMORY, "out of memory");
     }
     if (!st) {

@@ -20,8 +20,10 @@ extern "C" {
 #endif
 
 /* v2: wkv_problem.save_checkpoints / reuse_checkpoints and wkv_backend_iface.saves_checkpoints
- * (appended; a v1 plugin never sees a workspace in a forward, nor a reuse). */
-#define WKV_BACKEND_ABI_VERSION 2u
+ * (appended; a v1 plugin never sees a workspace in a forward, nor a reuse).
+ * v3: wkv_problem.scratch / scratch_size / scratch_mem and wkv_backend_iface.forward_scratch_size
+ * (appended; a v2 plugin reports 0 and is never handed a scratch). */
+#define WKV_BACKEND_ABI_VERSION 3u
 /* The oldest backend ABI this core still accepts from a plugin. */
 #define WKV_BACKEND_ABI_MIN 1u
 
@@ -123,6 +125,17 @@ typedef struct wkv_problem {
     /* Backward: 1 when workspace holds the checkpoints a forward with save_checkpoints wrote for
      * this very problem on this context (checked by the core): skip computing them. */
     int32_t reuse_checkpoints;
+
+    /* ---- the caller's forward scratch (ABI v3; wkv_forward_desc.scratch) ----
+     * Forward only, and only where forward_scratch_size() said the problem can use some: NULL
+     * (the backend finds memory itself), or at least that many bytes (checked by the core:
+     * size, aliasing with the views over those bytes, wkv_buffer ownership and range). Its
+     * memory in scratch_mem as workspace_mem says (lo = 0, hi = scratch_size): a wkv_buffer
+     * (buffer != NULL), or a pointer, with host = 0 on CUDA (the plugin asks the driver and
+     * refuses host memory). NULL, 0 in every other problem. */
+    void* scratch;
+    size_t scratch_size;
+    wkv_buffer_ref scratch_mem;
 } wkv_problem;
 
 /* The memory of view v (one of p's views). */
@@ -280,10 +293,19 @@ typedef struct wkv_backend_iface {
      * the context. p->workspace_mem already says which memory the workspace is (a wkv_buffer
      * or a pointer; its size is checked only after a yes). */
     int32_t (*saves_checkpoints)(void* state, const wkv_problem* p);
+
+    /* Optional (ABI v3; NULL = 0 always): the scratch a forward of p (p->backward == 0, with
+     * p->save_checkpoints as the forward will have it, p->scratch not yet set) can use, in
+     * bytes; 0 when it needs none. Must not depend on anything but p and the context (the
+     * caller sizes its memory from it once), nor on p->scratch. */
+    wkv_status (*forward_scratch_size)(void* state, const wkv_problem* p, size_t* out_bytes,
+                                       wkv_message* msg);
 } wkv_backend_iface;
 
-/* The size of a v1 iface (without saves_checkpoints), which the core still accepts. */
+/* The sizes of a v1 iface (without saves_checkpoints) and of a v2 one (without
+ * forward_scratch_size), which the core still accepts. */
 #define WKV_BACKEND_IFACE_V1_SIZE offsetof(wkv_backend_iface, saves_checkpoints)
+#define WKV_BACKEND_IFACE_V2_SIZE offsetof(wkv_backend_iface, forward_scratch_size)
 
 /* Requests for wkv_backend_iface.control. Values are part of the backend ABI. */
 enum {

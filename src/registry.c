@@ -129,8 +129,9 @@ static const wkv_backend_iface* load_plugin(backend_slot* s) {
         return NULL;
     }
     if (iface->abi_version < WKV_BACKEND_ABI_MIN || iface->abi_version > WKV_BACKEND_ABI_VERSION ||
-        iface->struct_size < (iface->abi_version >= 2 ? sizeof(wkv_backend_iface)
-                                                      : WKV_BACKEND_IFACE_V1_SIZE)) {
+        iface->struct_size < (iface->abi_version >= 3   ? sizeof(wkv_backend_iface)
+                              : iface->abi_version == 2 ? WKV_BACKEND_IFACE_V2_SIZE
+                                                        : WKV_BACKEND_IFACE_V1_SIZE)) {
         snprintf(s->reason, sizeof s->reason,
                  "%s was built for backend ABI v%u; this libwkv %s accepts v%u..v%u", path,
                  iface->abi_version, wkv_version_string(), WKV_BACKEND_ABI_MIN, WKV_BACKEND_ABI_VERSION);

@@ -568,11 +568,14 @@ static wkv_status check_forward(checker* c, const wkv_forward_desc* d, const cha
 
 wkv_status wkv_read_forward_desc(const wkv_forward_desc* desc, const char* name,
                                   wkv_forward_desc* out, wkv_message* msg) {
-    wkv_status st = wkv_check_struct_size_since(desc, offsetof(wkv_forward_desc, workspace),
-                                                sizeof *desc, name, msg);
-    if (st) return st;
+    /* three versions: without workspace, without scratch (both accepted here), and this one */
     size_t size;
     memcpy(&size, desc, sizeof size);
+    if (size != offsetof(wkv_forward_desc, scratch)) {
+        wkv_status st = wkv_check_struct_size_since(desc, offsetof(wkv_forward_desc, workspace),
+                                                    sizeof *desc, name, msg);
+        if (st) return st;
+    }
     memset(out, 0, sizeof *out);
     memcpy(out, desc, size < sizeof *out ? size : sizeof *out);
     return WKV_OK;
@@ -605,11 +608,17 @@ wkv_status wkv_validate_forward_spans(const wkv_target* target, const wkv_forwar
     if (!desc->workspace && desc->workspace_size)
         return wkv_fail(msg, WKV_ERROR_NULL_POINTER,
                         "desc->workspace is NULL but desc->workspace_size is %zu", desc->workspace_size);
+    if (!desc->scratch && desc->scratch_size)
+        return wkv_fail(msg, WKV_ERROR_NULL_POINTER,
+                        "desc->scratch is NULL but desc->scratch_size is %zu", desc->scratch_size);
     wkv_problem_fill_mem(spans, out);
-    /* The workspace is only handed on when the backend saves checkpoints (api.c decides, and
-     * checks it with wkv_validate_workspace_mem). */
+    /* The workspace is only handed on when the backend saves checkpoints, the scratch when the
+     * backend can use some (api.c decides, and checks them with wkv_validate_workspace_mem and
+     * wkv_validate_scratch_mem). */
     out->workspace = desc->workspace;
     out->workspace_size = desc->workspace_size;
+    out->scratch = desc->scratch;
+    out->scratch_size = desc->scratch_size;
     for (int i = 0; i < spans->count; ++i) spans->span[i].tensor = NULL; /* pointed into d */
     return WKV_OK;
 }
@@ -618,8 +627,10 @@ wkv_status wkv_validate_forward(const wkv_target* target, const wkv_forward_desc
                                 wkv_problem* out, wkv_message* msg) {
     wkv_spans spans;
     wkv_status st = wkv_validate_forward_spans(target, desc, out, &spans, msg);
-    out->workspace = NULL; /* callers of this one never pass it on */
+    out->workspace = NULL; /* callers of this one never pass them on */
     out->workspace_size = 0;
+    out->scratch = NULL;
+    out->scratch_size = 0;
     return st;
 }
 
@@ -672,76 +683,104 @@ wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_de
     return WKV_OK;
 }
 
-/* The workspace (ws, ws_size; "desc->workspace" in messages) of a host pointer. */
-static wkv_status check_workspace_ptr(void* ws, size_t ws_size, const wkv_spans* spans, size_t needed,
-                                      wkv_message* msg) {
+/* A memory argument of the caller's that the library uses `needed` bytes of: the backward's
+ * workspace or the forward's scratch. name: the argument ("desc->workspace"; its size is
+ * name + "_size"); query: the function that tells the size ("wkv_workspace_size"). */
+typedef struct mem_arg {
+    const char* name;
+    const char* query;
+} mem_arg;
+static const mem_arg k_workspace_arg = {"desc->workspace", "wkv_workspace_size"};
+static const mem_arg k_scratch_arg = {"desc->scratch", "wkv_forward_scratch_size"};
+
+/* A pointer (ptr, size): present, large enough, its first `needed` bytes overlapping no
+ * tensor of the problem. Nothing to check when nothing is needed. */
+static wkv_status check_mem_ptr(const mem_arg* a, void* ptr, size_t size, const wkv_spans* spans,
+                                size_t needed, wkv_message* msg) {
     if (needed == 0) return WKV_OK;
-    if (!ws)
-        return wkv_fail(msg, WKV_ERROR_NULL_POINTER,
-                        "desc->workspace is NULL; this call needs %zu bytes (wkv_workspace_size)", needed);
-    if (ws_size < needed)
-        return wkv_fail(msg, WKV_ERROR_WORKSPACE_TOO_SMALL,
-                        "desc->workspace_size is %zu bytes; this call needs %zu (wkv_workspace_size)",
-                        ws_size, needed);
-    uintptr_t lo = (uintptr_t)ws, hi;
+    if (!ptr)
+        return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%s is NULL; this call needs %zu bytes (%s)", a->name,
+                        needed, a->query);
+    if (size < needed)
+        return wkv_fail(msg, WKV_ERROR_WORKSPACE_TOO_SMALL, "%s_size is %zu bytes; this call needs %zu (%s)",
+                        a->name, size, needed, a->query);
+    uintptr_t lo = (uintptr_t)ptr, hi;
     if (__builtin_add_overflow(lo, (uintptr_t)needed, &hi))
-        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "desc->workspace + its size wraps the address space");
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s + its size wraps the address space", a->name);
     for (int i = 0; i < spans->count; ++i)
         if (!spans->span[i].buffer && !(hi <= spans->span[i].lo || spans->span[i].hi <= lo))
-            return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace overlaps %s",
+            return wkv_fail(msg, WKV_ERROR_ALIASING, "%s overlaps %s", a->name,
                             wkv_span_name(&spans->span[i], (char[48]){0}));
     return WKV_OK;
 }
 
 wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans* spans,
                                   size_t needed, wkv_message* msg) {
-    return check_workspace_ptr(desc->workspace, desc->workspace_size, spans, needed, msg);
+    return check_mem_ptr(&k_workspace_arg, desc->workspace, desc->workspace_size, spans, needed, msg);
 }
 
 /* ---- device buffers ---- */
-void wkv_workspace_mem_kind(const wkv_target* target, wkv_problem* p, uint64_t* buffer_size) {
+
+/* The kind of the memory at ptr (size bytes) into *mem: a wkv_buffer of target->ctx (its
+ * handle; its size in *buffer_size when not NULL) or a pointer (host memory, except on CUDA,
+ * where it may be either: see backend.h). */
+static void mem_kind(const wkv_target* target, void* ptr, size_t size, wkv_buffer_ref* mem,
+                     uint64_t* buffer_size) {
     void* handle = NULL;
-    uint64_t size = 0;
-    memset(&p->workspace_mem, 0, sizeof p->workspace_mem);
-    p->workspace_mem.hi = (int64_t)p->workspace_size;
-    if (p->workspace && target->ctx && buffer_device_type(target->backend) &&
-        wkv_context_find_buffer(target->ctx, p->workspace, &handle, &size)) {
-        p->workspace_mem.buffer = handle;
+    uint64_t bytes = 0;
+    memset(mem, 0, sizeof *mem);
+    mem->hi = (int64_t)size;
+    if (ptr && target->ctx && buffer_device_type(target->backend) &&
+        wkv_context_find_buffer(target->ctx, ptr, &handle, &bytes)) {
+        mem->buffer = handle;
     } else {
-        /* a pointer: host memory, except on CUDA, where it may be either (see backend.h) */
-        p->workspace_mem.host = target->backend != WKV_BACKEND_CUDA;
+        mem->host = target->backend != WKV_BACKEND_CUDA;
     }
-    if (buffer_size) *buffer_size = size;
+    if (buffer_size) *buffer_size = bytes;
+}
+
+void wkv_workspace_mem_kind(const wkv_target* target, wkv_problem* p, uint64_t* buffer_size) {
+    mem_kind(target, p->workspace, p->workspace_size, &p->workspace_mem, buffer_size);
+}
+
+/* check_mem_ptr on any backend: on one with device buffers the memory may also be a wkv_buffer
+ * of target->ctx (then [0, size) of it, checked inside the buffer). Fills *mem. */
+static wkv_status check_mem(const wkv_target* target, const mem_arg* a, void* ptr, size_t size,
+                            const wkv_spans* spans, size_t needed, wkv_buffer_ref* mem, wkv_message* msg) {
+    uint64_t bytes = 0;
+    mem_kind(target, ptr, size, mem, &bytes);
+    if (!mem->buffer) {
+        if (ptr && wkv_buffer_is_live(ptr))
+            return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH, "%s is a wkv_buffer of another context", a->name);
+        return check_mem_ptr(a, ptr, size, spans, needed, msg);
+    }
+    if (size < needed)
+        return wkv_fail(msg, WKV_ERROR_WORKSPACE_TOO_SMALL, "%s_size is %zu bytes; this call needs %zu (%s)",
+                        a->name, size, needed, a->query);
+    if ((uint64_t)size > bytes)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "%s_size is %zu bytes but its wkv_buffer has %llu", a->name,
+                        size, (unsigned long long)bytes);
+    uintptr_t hi = (uintptr_t)needed;
+    for (int i = 0; i < spans->count; ++i)
+        if (spans->span[i].buffer == ptr && spans->span[i].lo < hi)
+            return wkv_fail(msg, WKV_ERROR_ALIASING, "%s (a wkv_buffer) overlaps %s", a->name,
+                            wkv_span_name(&spans->span[i], (char[48]){0}));
+    return WKV_OK;
 }
 
 wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backward_desc* desc,
                                       const wkv_spans* spans, size_t needed, wkv_problem* p,
                                       wkv_message* msg) {
     (void)desc; /* p->workspace, p->workspace_size are the caller's (read by the validation) */
-    uint64_t size = 0;
-    void* ws = p->workspace;
-    size_t ws_size = p->workspace_size;
-    wkv_workspace_mem_kind(target, p, &size);
-    void* handle = p->workspace_mem.buffer;
-    if (!handle) {
-        if (ws && wkv_buffer_is_live(ws))
-            return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH,
-                            "desc->workspace is a wkv_buffer of another context");
-        return check_workspace_ptr(ws, ws_size, spans, needed, msg);
+    return check_mem(target, &k_workspace_arg, p->workspace, p->workspace_size, spans, needed,
+                     &p->workspace_mem, msg);
+}
+
+wkv_status wkv_validate_scratch_mem(const wkv_target* target, const wkv_spans* spans, size_t needed,
+                                    wkv_problem* p, wkv_message* msg) {
+    if (!p->scratch) { /* optional: the backend finds memory itself */
+        memset(&p->scratch_mem, 0, sizeof p->scratch_mem);
+        return WKV_OK;
     }
-    /* the workspace is a wkv_buffer: [0, workspace_size) of it */
-    if (ws_size < needed)
-        return wkv_fail(msg, WKV_ERROR_WORKSPACE_TOO_SMALL,
-                        "desc->workspace_size is %zu bytes; this call needs %zu (wkv_workspace_size)",
-                        ws_size, needed);
-    if ((uint64_t)ws_size > size)
-        return wkv_fail(msg, WKV_ERROR_SHAPE,
-                        "desc->workspace_size is %zu bytes but its wkv_buffer has %llu",
-                        ws_size, (unsigned long long)size);
-    uintptr_t hi = (uintptr_t)needed;
-    for (int i = 0; i < spans->count; ++i)
-        if (spans->span[i].buffer == ws && spans->span[i].lo < hi)
-            return wkv_fail(msg, WKV_ERROR_ALIASING, "desc->workspace (a wkv_buffer) overlaps %s",
-                            wkv_span_name(&spans->span[i], (char[48]){0}));
-    return WKV_OK;
+    return check_mem(target, &k_scratch_arg, p->scratch, p->scratch_size, spans, needed, &p->scratch_mem, msg);
 }

@@ -38,8 +38,8 @@ const char* wkv_span_name(const wkv_span* s, char out[48]);
 wkv_status wkv_validate_forward(const wkv_target* target, const wkv_forward_desc* desc,
                                 wkv_problem* out, wkv_message* msg);
 /* The same, also giving the spans (for checking the workspace) and the caller's workspace in
- * out->workspace / workspace_size (not yet checked but for NULL with a size: see
- * wkv_validate_workspace_mem). */
+ * out->workspace / workspace_size and scratch / scratch_size (not yet checked but for NULL with
+ * a size: see wkv_validate_workspace_mem, wkv_validate_scratch_mem). */
 wkv_status wkv_validate_forward_spans(const wkv_target* target, const wkv_forward_desc* desc,
                                       wkv_problem* out, wkv_spans* spans, wkv_message* msg);
 /* Copies a descriptor of the caller's version (struct_size) into *out, the fields that version
@@ -70,6 +70,13 @@ void wkv_workspace_mem_kind(const wkv_target* target, wkv_problem* p, uint64_t* 
 wkv_status wkv_validate_workspace_mem(const wkv_target* target, const wkv_backward_desc* desc,
                                       const wkv_spans* spans, size_t needed, wkv_problem* p,
                                       wkv_message* msg);
+/* The forward's scratch p->scratch / scratch_size (as the validation read them) of which the
+ * backend uses `needed` bytes (0: none): NULL is fine (the backend finds memory itself);
+ * otherwise checked like the workspace ("desc->scratch" in messages; a wkv_buffer of another
+ * context, or a size beyond its buffer, are refused even when nothing is needed). Fills
+ * p->scratch_mem. */
+wkv_status wkv_validate_scratch_mem(const wkv_target* target, const wkv_spans* spans, size_t needed,
+                                    wkv_problem* p, wkv_message* msg);
 /* Copies the spans' buffer references into p->mem (called by the wkv_validate_* functions). */
 void wkv_problem_fill_mem(const wkv_spans* spans, wkv_problem* p);
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <functional>
 #include <set>
@@ -350,6 +351,77 @@ TEST_CASE("bad backward descriptors") {
         CHECK(wkv_workspace_size(c.ctx, &bytes, nullptr) == WKV_ERROR_NULL_POINTER);
         CHECK(bytes == 12345);
     }
+}
+
+// The forward's scratch (wkv_forward_desc.scratch): the CPU backend needs none, so the query
+// says 0 and a scratch is never touched, but what is wrong whatever the size (NULL with a size)
+// is refused on every backend. The checks that depend on a nonzero size (too small, aliasing,
+// wkv_buffers) run against the test plugin that claims scratch: tests/plugin/test_plugins.cpp.
+TEST_CASE("the forward's scratch on the CPU backend: 0 bytes, ignored; NULL with a size refused") {
+    CpuContext c;
+    Fixture fx;
+    size_t bytes = 12345;
+    CHECK(wkv_forward_scratch_size(c.ctx, &bytes, &fx.f) == WKV_OK);
+    CHECK(bytes == 0);
+    REQUIRE(wkv_forward(c.ctx, &fx.f) == WKV_OK);
+    const std::vector<unsigned char> y_plain = fx.y.buf;
+    // a scratch the CPU cannot use: never read or written, even where it overlaps a tensor
+    std::vector<unsigned char> scratch(64, 0xcd);
+    fx.poison();
+    fx.f.scratch = scratch.data();
+    fx.f.scratch_size = scratch.size();
+    CHECK(wkv_forward_scratch_size(c.ctx, &bytes, &fx.f) == WKV_OK);
+    CHECK(bytes == 0);
+    REQUIRE(wkv_forward(c.ctx, &fx.f) == WKV_OK);
+    CHECK(fx.y.buf == y_plain);
+    for (unsigned char x : scratch) CHECK(x == 0xcd);
+    fx.poison();
+    fx.f.scratch = fx.y.buf.data();
+    fx.f.scratch_size = fx.y.buf.size();
+    REQUIRE(wkv_forward(c.ctx, &fx.f) == WKV_OK);
+    CHECK(fx.y.buf == y_plain);
+    // the query validates the descriptor; its out-parameter and descriptor must be there
+    CHECK(wkv_forward_scratch_size(c.ctx, nullptr, &fx.f) == WKV_ERROR_NULL_POINTER);
+    CHECK(std::string(wkv_last_error(c.ctx)).find("out_bytes") != std::string::npos);
+    bytes = 12345;
+    CHECK(wkv_forward_scratch_size(c.ctx, &bytes, nullptr) == WKV_ERROR_NULL_POINTER);
+    CHECK(wkv_forward_scratch_size(nullptr, &bytes, &fx.f) == WKV_ERROR_NULL_POINTER);
+    fx.f.k.ndim = 3;
+    CHECK(wkv_forward_scratch_size(c.ctx, &bytes, &fx.f) == WKV_ERROR_SHAPE);
+    CHECK(std::string(wkv_last_error(c.ctx)).find("desc->k.ndim") != std::string::npos);
+    fx.f.k.ndim = 4;
+    fx.f.scratch = nullptr;
+    fx.f.scratch_size = 16;
+    CHECK(wkv_forward_scratch_size(c.ctx, &bytes, &fx.f) == WKV_ERROR_NULL_POINTER);
+    CHECK(std::string(wkv_last_error(c.ctx)).find("desc->scratch is NULL") != std::string::npos);
+    CHECK(bytes == 12345);
+    expect_forward_fails("scratch NULL with a size", WKV_ERROR_NULL_POINTER,
+                         "desc->scratch is NULL but desc->scratch_size is 16", [](Fixture& f) {
+                             f.f.scratch = nullptr;
+                             f.f.scratch_size = 16;
+                         });
+}
+
+TEST_CASE("older wkv_forward_desc versions: without workspace, without scratch") {
+    CpuContext c;
+    Fixture fx;
+    REQUIRE(wkv_forward(c.ctx, &fx.f) == WKV_OK);
+    const std::vector<unsigned char> y_plain = fx.y.buf;
+    // the bytes past an older struct_size are not read: whatever they hold is ignored
+    fx.f.scratch = nullptr;
+    fx.f.scratch_size = 99;
+    for (size_t size : {offsetof(wkv_forward_desc, workspace), offsetof(wkv_forward_desc, scratch)}) {
+        CAPTURE(size);
+        fx.poison();
+        fx.f.struct_size = size;
+        size_t bytes = 1;
+        CHECK(wkv_forward_scratch_size(c.ctx, &bytes, &fx.f) == WKV_OK);
+        CHECK(bytes == 0);
+        CHECK(wkv_forward(c.ctx, &fx.f) == WKV_OK);
+        CHECK(fx.y.buf == y_plain);
+    }
+    fx.f.struct_size = offsetof(wkv_forward_desc, scratch) + sizeof(void*); // no version's size
+    CHECK(wkv_forward(c.ctx, &fx.f) == WKV_ERROR_STRUCT_SIZE);
 }
 
 TEST_CASE("a newer, larger struct is accepted when its unknown tail is zero") {

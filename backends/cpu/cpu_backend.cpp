@@ -256,6 +256,7 @@ const wkv_backend_iface kCpuIface = {
     nullptr, /* auto_skip: the CPU backend is always a candidate */
     nullptr, /* synchronize: every call is complete when it returns */
     cpu_saves_checkpoints,
+    nullptr, /* forward_scratch_size: the CPU forward needs no scratch */
 };
 
 } // namespace

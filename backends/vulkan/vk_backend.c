@@ -92,6 +92,7 @@ static const wkv_backend_iface k_iface = {
     /* .auto_skip      = */ wkv_vk_auto_skip,
     /* .synchronize    = */ vk_synchronize, /* WKV_CONTEXT_ASYNC: waits for the enqueued calls */
     /* .saves_checkpoints = */ NULL, /* the forward ignores a workspace; backward recomputes */
+    /* .forward_scratch_size = */ NULL, /* the forwards need no scratch */
 };
 
 __attribute__((visibility("default"))) const wkv_backend_iface* wkv_plugin_entry(uint32_t core_abi) {

@@ -382,6 +382,25 @@ typedef struct wkv_forward_desc {
      * fields: a struct_size without them means NULL, 0.) */
     void* workspace;
     size_t workspace_size;
+    /* Optional: temporary memory the forward may use while it runs, owned by the caller
+     * (unrelated to `workspace`, which is the backward's). wkv_forward_scratch_size() says how
+     * many bytes this descriptor's call can use on this context: 0 where it needs none (always
+     * on the CPU and Vulkan backends; on CUDA wherever the sequential kernel runs). Where it is
+     * nonzero and scratch is NULL, the backend takes that memory itself (CUDA: a stream-ordered
+     * pool of the context, wkv_cuda.h); give scratch to keep the library from allocating.
+     * Memory space: what a GPU backend addresses, i.e. on CUDA a device (or managed) pointer or a
+     * wkv_buffer of the context (its first scratch_size bytes are used); any alignment. Its
+     * first wkv_forward_scratch_size() bytes must not overlap any tensor of the call. Checked
+     * before anything runs: NULL with a size -> WKV_ERROR_NULL_POINTER; a wkv_buffer of another
+     * context -> WKV_ERROR_DEVICE_MISMATCH, or scratch_size beyond its buffer -> WKV_ERROR_SHAPE
+     * (on every backend); and where the call uses scratch: scratch_size smaller than it ->
+     * WKV_ERROR_WORKSPACE_TOO_SMALL, overlapping a tensor -> WKV_ERROR_ALIASING, host memory
+     * on CUDA -> WKV_ERROR_DEVICE_MISMATCH; each message names desc->scratch(_size). Where the
+     * call uses none, the scratch is otherwise ignored (never read or written). Contents are
+     * undefined after the call; like the tensors, the memory must stay valid until an enqueued
+     * call has finished. (Appended: a struct_size without them means NULL, 0.) */
+    void* scratch;
+    size_t scratch_size;
 } wkv_forward_desc;
 
 enum {
@@ -420,6 +439,15 @@ WKV_API wkv_status wkv_backward(wkv_context* ctx, const wkv_backward_desc* desc)
  * run the backward. Any alignment works; the library aligns inside it. */
 WKV_API wkv_status wkv_workspace_size(wkv_context* ctx, size_t* out_bytes,
                                       const wkv_backward_desc* desc);
+/* The scratch (desc->scratch) wkv_forward can use for this descriptor on ctx, in bytes; 0 when
+ * the call needs none. Validates desc as wkv_forward does (its scratch only for NULL with a
+ * size and wkv_buffer ownership: the size is what is being asked). The answer depends on the
+ * context (backend, device) and on the whole descriptor (shapes, dtypes, decay form, packing,
+ * whether its workspace makes the forward save checkpoints): ask with the descriptor you will
+ * run. It does not change while the context lives, so a caller may size its arena once per
+ * shape. */
+WKV_API wkv_status wkv_forward_scratch_size(wkv_context* ctx, size_t* out_bytes,
+                                            const wkv_forward_desc* desc);
 
 /* ------------------------------------------------------------------------- introspection */
 

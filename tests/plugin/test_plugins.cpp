@@ -4,6 +4,7 @@
 // ABI from the future and must be refused.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -26,8 +27,8 @@ struct Logs {
     }
 };
 
-// A tiny RWKV-7 forward (B=1, T=3, H=1, N=2) on the given context, tensors marked as `device`.
-wkv_status run_forward(wkv_context* ctx, int32_t device, std::vector<float>& y) {
+// A tiny RWKV-7 forward (B=1, T=3, H=1, N=2), tensors marked as `device`, y into `y` (poisoned).
+wkv_forward_desc tiny_forward(int32_t device, std::vector<float>& y) {
     static const int64_t shape[4] = {1, 3, 1, 2};
     static float r[6] = {0.1f, 0.2f, 0.3f, -0.1f, 0.5f, 0.4f};
     static float w[6] = {0.9f, 0.8f, 0.7f, 0.95f, 0.6f, 0.99f};
@@ -48,8 +49,15 @@ wkv_status run_forward(wkv_context* ctx, int32_t device, std::vector<float>& y) 
     }
     f.y = wkv_tensor_make(y.data(), WKV_DTYPE_F32, 4, shape);
     f.y.device.type = device;
+    return f;
+}
+
+wkv_status run_forward(wkv_context* ctx, int32_t device, std::vector<float>& y) {
+    wkv_forward_desc f = tiny_forward(device, y);
     return wkv_forward(ctx, &f);
 }
+
+bool has(const char* text, const char* needle) { return std::strstr(text, needle) != nullptr; }
 
 }  // namespace
 
@@ -200,5 +208,133 @@ TEST_CASE("fault: no_driver: a plugin that fails to load is reported, AUTO falls
     std::vector<float> y;
     CHECK(run_forward(ctx, WKV_DEVICE_CPU, y) == WKV_OK);
     for (float x : y) CHECK(std::isfinite(x));
+    wkv_context_destroy(ctx);
+}
+
+// ---- the forward's scratch (wkv_forward_desc.scratch, backend ABI v3). The test plugin claims
+// 16 bytes per token and head for RWKV-7 and fills what it gets with 0x5a (test_plugin.c), so
+// every check of the core runs here without a GPU; the CUDA backend's use of it is in
+// tests/test_cuda.cpp.
+TEST_CASE("scratch: sized by the backend, checked by the core, handed on only when good") {
+    if (std::getenv("WKV_FAULT")) return; // the no_driver run has no plugin
+    constexpr size_t kNeed = 3 * 16;        // B * T * H tokens and heads, 16 bytes each
+    constexpr unsigned char kByte = 0x5a;   // what the plugin writes
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.backend = WKV_BACKEND_CUDA;
+    wkv_context* ctx = nullptr;
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    std::vector<float> y_plain, y;
+    REQUIRE(run_forward(ctx, WKV_DEVICE_CUDA, y_plain) == WKV_OK);
+
+    wkv_forward_desc f = tiny_forward(WKV_DEVICE_CUDA, y);
+    size_t bytes = 0;
+    REQUIRE(wkv_forward_scratch_size(ctx, &bytes, &f) == WKV_OK);
+    CHECK(bytes == kNeed);
+    // the size asked of a descriptor that carries a (too small) scratch: still the size
+    std::vector<unsigned char> scratch(kNeed + 8, 0);
+    f.scratch = scratch.data();
+    f.scratch_size = 1;
+    bytes = 0;
+    CHECK(wkv_forward_scratch_size(ctx, &bytes, &f) == WKV_OK);
+    CHECK(bytes == kNeed);
+
+    // no scratch: fine (a real backend finds memory itself)
+    f.scratch = nullptr;
+    f.scratch_size = 0;
+    REQUIRE(wkv_forward(ctx, &f) == WKV_OK);
+    CHECK(y == y_plain);
+    // a scratch of exactly the size: the plugin wrote its bytes and no more; the same result
+    f = tiny_forward(WKV_DEVICE_CUDA, y);
+    f.scratch = scratch.data();
+    f.scratch_size = kNeed;
+    REQUIRE(wkv_forward(ctx, &f) == WKV_OK);
+    CHECK(y == y_plain);
+    for (size_t i = 0; i < scratch.size(); ++i) CHECK(scratch[i] == (i < kNeed ? kByte : 0));
+
+    // every bad scratch: its status, a message naming it, y and the scratch untouched
+    struct Bad {
+        const char* what;
+        wkv_status want;
+        const char* needle;
+    };
+    // ptr: the scratch, or nullptr with `in` naming a tensor of the call to put it on
+    auto expect_fails = [&](const Bad& bad, void* ptr, size_t size, wkv_tensor wkv_forward_desc::*in = nullptr) {
+        CAPTURE(bad.what);
+        std::fill(scratch.begin(), scratch.end(), 0);
+        wkv_forward_desc g = tiny_forward(WKV_DEVICE_CUDA, y);
+        g.scratch = in ? (g.*in).data : ptr;
+        g.scratch_size = size;
+        const wkv_status got = wkv_forward(ctx, &g);
+        const char* msg = wkv_last_error(ctx);
+        CAPTURE(msg);
+        CHECK(got == bad.want);
+        CHECK(has(msg, bad.needle));
+        CHECK(has(msg, "desc->scratch"));
+        for (float x : y) CHECK(std::isnan(x));
+        for (unsigned char x : scratch) CHECK(x == 0);
+    };
+    expect_fails({"too small", WKV_ERROR_WORKSPACE_TOO_SMALL, "desc->scratch_size is 47 bytes; this call needs 48"},
+                 scratch.data(), kNeed - 1);
+    expect_fails({"NULL with a size", WKV_ERROR_NULL_POINTER, "desc->scratch is NULL"}, nullptr, kNeed);
+    expect_fails({"overlaps the output", WKV_ERROR_ALIASING, "desc->scratch overlaps desc->y"}, nullptr, kNeed,
+                 &wkv_forward_desc::y);
+    expect_fails({"overlaps an input", WKV_ERROR_ALIASING, "desc->scratch overlaps desc->r"}, nullptr, kNeed,
+                 &wkv_forward_desc::r);
+
+    // a scratch in a wkv_buffer of the context: its first scratch_size bytes are used
+    wkv_buffer* buf = nullptr;
+    REQUIRE(wkv_buffer_create(ctx, kNeed + 16, &buf) == WKV_OK);
+    f = tiny_forward(WKV_DEVICE_CUDA, y);
+    f.scratch = buf;
+    f.scratch_size = kNeed;
+    REQUIRE(wkv_forward(ctx, &f) == WKV_OK);
+    CHECK(y == y_plain);
+    std::vector<unsigned char> back(kNeed + 16, 1);
+    REQUIRE(wkv_buffer_download(ctx, buf, 0, back.data(), back.size()) == WKV_OK);
+    for (size_t i = 0; i < back.size(); ++i) CHECK(back[i] == (i < kNeed ? kByte : 0));
+    expect_fails({"beyond its wkv_buffer", WKV_ERROR_SHAPE, "desc->scratch_size is 80 bytes but its wkv_buffer has 64"},
+                 buf, kNeed + 32);
+    expect_fails({"too small, in a wkv_buffer", WKV_ERROR_WORKSPACE_TOO_SMALL, "desc->scratch_size is 40"}, buf, 40);
+    // the wrong memory space: a buffer of another context
+    wkv_context* other = nullptr;
+    REQUIRE(wkv_context_create(&o, &other) == WKV_OK);
+    wkv_buffer* foreign = nullptr;
+    REQUIRE(wkv_buffer_create(other, kNeed, &foreign) == WKV_OK);
+    expect_fails({"a wkv_buffer of another context", WKV_ERROR_DEVICE_MISMATCH,
+                  "desc->scratch is a wkv_buffer of another context"},
+                 foreign, kNeed);
+    // ... refused by the size query too (it checks what does not depend on the size)
+    f = tiny_forward(WKV_DEVICE_CUDA, y);
+    f.scratch = foreign;
+    f.scratch_size = 1;
+    CHECK(wkv_forward_scratch_size(ctx, &bytes, &f) == WKV_ERROR_DEVICE_MISMATCH);
+    CHECK(has(wkv_last_error(ctx), "desc->scratch"));
+    wkv_buffer_destroy(foreign);
+    wkv_context_destroy(other);
+    wkv_buffer_destroy(buf);
+
+    // an op the backend needs no scratch for: 0, and a given scratch is not touched
+    static const int64_t shape3[3] = {1, 3, 2}, shape1[1] = {2};
+    static float k4[6] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}, w4[2] = {-1.0f, 0.5f}, u4[2] = {0.2f, 0.3f};
+    std::vector<float> y4(6, NAN);
+    wkv_forward_desc g{};
+    g.struct_size = sizeof g;
+    g.op = WKV_OP_RWKV4;
+    g.decay_form = WKV_DECAY_EXP_NEG_EXP;
+    g.k = wkv_tensor_make(k4, WKV_DTYPE_F32, 3, shape3);
+    g.v = wkv_tensor_make(k4, WKV_DTYPE_F32, 3, shape3);
+    g.w = wkv_tensor_make(w4, WKV_DTYPE_F32, 1, shape1);
+    g.u = wkv_tensor_make(u4, WKV_DTYPE_F32, 1, shape1);
+    g.y = wkv_tensor_make(y4.data(), WKV_DTYPE_F32, 3, shape3);
+    bytes = 1;
+    REQUIRE(wkv_forward_scratch_size(ctx, &bytes, &g) == WKV_OK);
+    CHECK(bytes == 0);
+    std::fill(scratch.begin(), scratch.end(), 0);
+    g.scratch = scratch.data();
+    g.scratch_size = 1;
+    REQUIRE(wkv_forward(ctx, &g) == WKV_OK);
+    for (unsigned char x : scratch) CHECK(x == 0);
+    for (float x : y4) CHECK(std::isfinite(x));
     wkv_context_destroy(ctx);
 }
