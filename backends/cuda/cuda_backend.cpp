@@ -9,10 +9,12 @@
  *   legacy default stream, only when asked for); GET_STREAM reads it. Every kernel is enqueued
  *   on that stream and the calls return without synchronising.
  * - With device memory only (device pointers, managed memory, wkv_buffers, a device or buffer
- *   workspace) no allocation and no host<->device copy happens in a call: the forward needs no
- *   scratch, the backward's only scratch is the caller's workspace, and packed-sequence offsets
- *   travel as kernel parameters (launches of at most kMaxSeqsPerLaunch sequences). So forward
- *   and backward can be captured in a CUDA graph.
+ *   workspace) no host<->device copy happens in a call, and no allocation but one: the chunked
+ *   RWKV-7 forward's workspace, which is the caller's scratch (wkv_forward_desc.scratch) when
+ *   given and otherwise comes from the context's stream-ordered pool (kChunkWsMax below). The
+ *   backward's only scratch is the caller's workspace, and packed-sequence offsets travel as
+ *   kernel parameters (launches of at most kMaxSeqsPerLaunch sequences). So forward and
+ *   backward can be captured in a CUDA graph.
  * - HOST MEMORY (wkv.h's memory model: mem[i].host, tensors of device.type CPU / CUDA_HOST, and
  *   a workspace the driver does not know as device memory) is staged: each host view's byte
  *   span [data + lo, data + hi) gets a place in the context's device scratch (grown as needed,
@@ -68,12 +70,14 @@ constexpr int kHeadSizes[] = {32, 64, 128};
 constexpr int kNumHeadSizes = 3;
 /* The chunked RWKV-7 forward's workspace (rwkv7_use_chunked): 1.5 KB per token and head
  * (B = 1, H = 32, T = 4096: 202 MB). Calls needing more than kChunkWsMax bytes take the
- * sequential forward (B x H = 32: T up to ~21k tokens). The pool keeps up to kChunkPoolKeep
- * bytes between calls (until the context is destroyed): a smaller threshold made every B = 2,
+ * sequential forward (B x H = 32: T up to ~21k tokens). It is the caller's scratch
+ * (wkv_forward_desc.scratch, wkv_forward_scratch_size bytes: the workspace plus kScratchAlign
+ * to align it), else it comes from the context's pool, which keeps what the last call needed
+ * between calls (until the context is destroyed): a fixed smaller threshold made every B = 2,
  * T = 4096 call (404 MB) give its memory back at the synchronisation and allocate it again
- * (+0.2 ms of host time per call, measured). */
+ * (+0.2 ms of host time per call, measured); keeping the last call's need avoids that for
+ * repeated shapes without holding 1 GiB after one long call. */
 constexpr size_t kChunkWsMax = (size_t)1 << 30;
-constexpr uint64_t kChunkPoolKeep = kChunkWsMax;
 
 int head_index(int64_t N) {
     for (int x = 0; x < kNumHeadSizes; ++x)
@@ -94,10 +98,14 @@ struct CudaState {
     bool lost = false;
     char* scratch = nullptr; /* device scratch for staged host memory (see the top of the file) */
     size_t scratch_bytes = 0;
-    /* The chunked RWKV-7 forward (rwkv7_chunk.cu, chosen by rwkv7_use_chunked): its workspace
-     * comes from this stream-ordered pool (cudaMallocFromPoolAsync / cudaFreeAsync on the call's
-     * stream: no synchronisation, capturable); nullptr: no chunked forward on this context. */
+    /* The chunked RWKV-7 forward (rwkv7_chunk.cu, chosen by rwkv7_use_chunked): its kernels
+     * are ready (shared-memory limits raised); without them, the sequential forward everywhere. */
+    bool chunk_ready = false;
+    /* Its workspace when the caller gives no scratch: this stream-ordered pool
+     * (cudaMallocFromPoolAsync / cudaFreeAsync on the call's stream: no synchronisation,
+     * capturable); nullptr: none could be made (such calls run the sequential forward). */
     cudaMemPool_t chunk_pool = nullptr;
+    uint64_t chunk_keep = 0; /* the pool's release threshold: the last pool call's bytes */
     int chunk_mode = -1; /* WKV_CUDA_RWKV7_CHUNKED at context creation: -1 unset, 0 never, 1 always */
     wkv_fault_hook fault{nullptr, nullptr}; /* WKV_FAULT (src/fault.h): test builds only */
 };
@@ -345,21 +353,16 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
         st->K2[x] = kCand[pick][1];
         st->smem[x] = bytes;
     }
-    /* The chunked RWKV-7 forward: its kernels' shared memory and the pool of its workspace,
-     * which keeps up to kChunkPoolKeep bytes between calls (more is returned to the driver at
-     * the next synchronisation). Without either, the sequential forward runs everywhere. */
+    /* The chunked RWKV-7 forward: its kernels' shared memory and the pool of its workspace
+     * (release threshold 0 until a call sets it, see forward_rwkv7_chunked). */
     if (rwkv7_prepare_chunked(64) == (int)cudaSuccess) {
+        st->chunk_ready = true;
         cudaMemPoolProps props;
         std::memset(&props, 0, sizeof props);
         props.allocType = cudaMemAllocationTypePinned;
         props.location.type = cudaMemLocationTypeDevice;
         props.location.id = device;
-        if (cudaMemPoolCreate(&st->chunk_pool, &props) == cudaSuccess) {
-            uint64_t keep = kChunkPoolKeep;
-            cudaMemPoolSetAttribute(st->chunk_pool, cudaMemPoolAttrReleaseThreshold, &keep);
-        } else {
-            st->chunk_pool = nullptr;
-        }
+        if (cudaMemPoolCreate(&st->chunk_pool, &props) != cudaSuccess) st->chunk_pool = nullptr;
     }
     cudaGetLastError();
     if (const char* env = std::getenv("WKV_CUDA_RWKV7_CHUNKED"))
@@ -510,6 +513,7 @@ bool is_state_view(int i) {
 constexpr size_t kScratchAlign = 256;
 
 size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+char* align_up_ptr(char* p, size_t a) { return p + (align_up(reinterpret_cast<uintptr_t>(p), a) - reinterpret_cast<uintptr_t>(p)); }
 
 /* One host byte span staged in the scratch. */
 struct Region {
@@ -682,18 +686,22 @@ wkv_status stage_out(CudaState* st, Placement* pl, StreamDrain* drain, wkv_messa
     return WKV_OK;
 }
 
-/* The workspace as device memory: a wkv_buffer's or a device (or managed) pointer; nullptr
- * for host memory (pageable or pinned), which a backward replaces by scratch. */
-char* device_workspace(const wkv_problem* p) {
-    if (p->workspace_mem.buffer) return static_cast<char*>(p->workspace_mem.buffer) + p->workspace_mem.offset;
-    if (p->workspace_mem.host || !p->workspace) return nullptr;
+/* A caller's memory (the workspace or the forward's scratch) as device memory: a wkv_buffer's
+ * or a device (or managed) pointer; nullptr for host memory (pageable or pinned) or none. */
+char* device_memory(void* ptr, const wkv_buffer_ref& mem) {
+    if (mem.buffer) return static_cast<char*>(mem.buffer) + mem.offset;
+    if (mem.host || !ptr) return nullptr;
     cudaPointerAttributes attr;
-    const cudaError_t ae = cudaPointerGetAttributes(&attr, p->workspace);
+    const cudaError_t ae = cudaPointerGetAttributes(&attr, ptr);
     if (ae != cudaSuccess) cudaGetLastError(); /* older drivers: unknown host memory */
     if (ae == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged))
-        return static_cast<char*>(p->workspace);
+        return static_cast<char*>(ptr);
     return nullptr;
 }
+
+/* The workspace as device memory, or nullptr for host memory, which a backward replaces by
+ * scratch. */
+char* device_workspace(const wkv_problem* p) { return device_memory(p->workspace, p->workspace_mem); }
 
 /* The backward's checkpoints in a workspace: 256-byte aligned (the size formula's slack). */
 float* checkpoint_area(char* ws) {
@@ -778,7 +786,7 @@ int32_t cuda_saves_checkpoints(void* state, const wkv_problem* p) {
  *   one T-token call bit for bit only where the T-token call is not chunked.
  * WKV_CUDA_RWKV7_CHUNKED=0 never chunks, =1 chunks wherever it applies (tests, measurements). */
 bool rwkv7_use_chunked(const CudaState* st, const wkv_problem* p) {
-    if (!st->chunk_pool || st->chunk_mode == 0) return false;
+    if (!st->chunk_ready || st->chunk_mode == 0) return false;
     if (p->N != 64 || p->decay_form != WKV_DECAY_CLAMPW || p->seq_offsets || p->save_checkpoints || p->T < 2)
         return false;
     const size_t bytes = rwkv7_chunk_ws_bytes(64, p->B, p->H, p->T);
@@ -790,15 +798,49 @@ bool rwkv7_use_chunked(const CudaState* st, const wkv_problem* p) {
     return p->B * p->H * 2 <= (int64_t)st->sm_count && p->T >= 256;
 }
 
-/* The chunked forward of an unpacked RWKV-7 problem: workspace from the context's pool, two
- * kernels, the workspace freed in stream order. Returns false (nothing enqueued) when the pool
- * cannot give the workspace: the caller runs the sequential forward. */
-bool forward_rwkv7_chunked(CudaState* st, const wkv_problem* p, const Placement& pl, cudaError_t* err) {
+/* ABI v3: the scratch a forward of p can use: the chunked forward's workspace and room to
+ * align it (the caller's memory may have any alignment), wherever it is chosen; else 0. */
+wkv_status cuda_forward_scratch_size(void* state, const wkv_problem* p, size_t* out_bytes, wkv_message*) {
+    const CudaState* st = static_cast<const CudaState*>(state);
+    *out_bytes = p->op == WKV_OP_RWKV7 && rwkv7_use_chunked(st, p)
+                     ? rwkv7_chunk_ws_bytes(64, p->B, p->H, p->T) + kScratchAlign
+                     : 0;
+    return WKV_OK;
+}
+
+/* The pool keeps `bytes` between calls. Not while the stream is being captured: setting an
+ * attribute is no stream work, and the graph's own allocation does not come from the pool. */
+void chunk_pool_keep(CudaState* st, uint64_t bytes) {
+    if (bytes == st->chunk_keep) return;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        return;
+    }
+    if (cudaMemPoolSetAttribute(st->chunk_pool, cudaMemPoolAttrReleaseThreshold, &bytes) == cudaSuccess)
+        st->chunk_keep = bytes;
+    else
+        cudaGetLastError();
+}
+
+/* The chunked forward of an unpacked RWKV-7 problem: two kernels on a workspace that is the
+ * caller's scratch (device memory: cuda_forward checked it), else comes from the context's pool
+ * and is freed in stream order. Returns false (nothing enqueued) when the pool cannot give it:
+ * the caller runs the sequential forward. */
+bool forward_rwkv7_chunked(CudaState* st, const wkv_problem* p, const Placement& pl, char* scratch,
+                           cudaError_t* err) {
     const size_t bytes = rwkv7_chunk_ws_bytes(64, p->B, p->H, p->T);
     void* ws = nullptr;
-    if (cudaMallocFromPoolAsync(&ws, bytes, st->chunk_pool, st->stream) != cudaSuccess) {
-        cudaGetLastError();
+    if (scratch) {
+        ws = align_up_ptr(scratch, kScratchAlign); /* the core checked bytes + kScratchAlign */
+    } else if (!st->chunk_pool) {
         return false;
+    } else {
+        chunk_pool_keep(st, bytes);
+        if (cudaMallocFromPoolAsync(&ws, bytes, st->chunk_pool, st->stream) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
     }
     Rwkv7ChunkParams prm;
     std::memset(&prm, 0, sizeof prm);
@@ -817,8 +859,10 @@ bool forward_rwkv7_chunked(CudaState* st, const wkv_problem* p, const Placement&
     prm.nc = (int32_t)((p->T + rwkv7_chunk_len(64) - 1) / rwkv7_chunk_len(64));
     prm.ws = static_cast<float*>(ws);
     *err = (cudaError_t)rwkv7_launch_chunked(64, prm, st->stream);
-    const cudaError_t f = cudaFreeAsync(ws, st->stream);
-    if (*err == cudaSuccess) *err = f;
+    if (!scratch) {
+        const cudaError_t f = cudaFreeAsync(ws, st->stream);
+        if (*err == cudaSuccess) *err = f;
+    }
     return true;
 }
 
@@ -830,6 +874,15 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     if (p->num_seqs == 0 || p->H == 0) return WKV_OK;
     DeviceGuard guard(st->device);
     if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
+    /* The caller's scratch (the core hands it on only where cuda_forward_scratch_size said the
+     * chunked forward runs, and checked its size): device memory only, which the core cannot
+     * tell from host memory. */
+    char* scratch = nullptr;
+    if (p->scratch && !(scratch = device_memory(p->scratch, p->scratch_mem))) {
+        set_message(msg, "desc->scratch is host memory; it must be device (or managed) memory or a "
+                         "wkv_buffer of the context (or NULL: the context's pool)");
+        return WKV_ERROR_DEVICE_MISMATCH;
+    }
 
     Placement pl;
     s = place_plan(p, false, 0, &pl, msg);
@@ -848,7 +901,7 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     }
     if (rwkv7_use_chunked(st, p)) {
         cudaError_t e = cudaSuccess;
-        if (forward_rwkv7_chunked(st, p, pl, &e)) {
+        if (forward_rwkv7_chunked(st, p, pl, scratch, &e)) {
             if (e != cudaSuccess) return cuda_fail(st, e, msg, "RWKV-7 chunked forward launch");
             return stage_out(st, &pl, &drain, msg);
         }
@@ -1235,6 +1288,7 @@ wkv_backend_iface make_iface() {
     f.buffer_read = cuda_buffer_read;
     f.synchronize = cuda_synchronize;
     f.saves_checkpoints = cuda_saves_checkpoints;
+    f.forward_scratch_size = cuda_forward_scratch_size;
     return f;
 }
 
@@ -1244,6 +1298,7 @@ const wkv_backend_iface kCudaIface = make_iface();
 
 extern "C" __attribute__((visibility("default"))) const wkv_backend_iface* wkv_plugin_entry(
     uint32_t core_abi_version) {
-    if (core_abi_version < 1u) return nullptr;
+    /* a core older than this plugin would hand it shorter wkv_problems than it reads */
+    if (core_abi_version < WKV_BACKEND_ABI_VERSION) return nullptr;
     return &kCudaIface;
 }
