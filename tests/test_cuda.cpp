@@ -962,6 +962,141 @@ struct DeviceProblem {
 
 }  // namespace
 
+namespace {
+
+// Memory allocation nodes in a captured graph (the pool's cudaMallocFromPoolAsync makes one).
+size_t alloc_nodes(cudaGraph_t graph) {
+    size_t n = 0;
+    CU(cudaGraphGetNodes(graph, nullptr, &n));
+    std::vector<cudaGraphNode_t> nodes(n);
+    if (n) CU(cudaGraphGetNodes(graph, nodes.data(), &n));
+    size_t allocs = 0;
+    for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType type;
+        CU(cudaGraphNodeGetType(node, &type));
+        if (type == cudaGraphNodeTypeMemAlloc) ++allocs;
+    }
+    return allocs;
+}
+
+}  // namespace
+
+// wkv_forward_desc.scratch: the chunked forward's workspace from the caller instead of the
+// context's pool. Same bits as the pool path, whatever the scratch held (poisoned) and wherever
+// it starts (misaligned); nothing written past the size asked for; a captured graph holds no
+// allocation; bad scratch refused naming it; 0 bytes where the sequential forward runs.
+TEST_CASE("cuda: the chunked RWKV-7 forward on the caller's scratch: the pool path's bits, no allocation") {
+    CUDA_TEST_OR_SKIP();
+    ChunkedEnv env("1");
+    CudaContext cc;
+    DeviceProblem p;
+    p.c.B = 2; p.c.T = 100; p.c.H = 3; p.c.N = 64; p.c.dtype = WKV_DTYPE_F16;  // CLAMPW
+    p.build(cc.ctx, test_seed() + 600);
+    auto poison_outputs = [&] {
+        for (auto& m : p.m)
+            if (m->h == &p.y || m->h == &p.s1) {
+                m->h->poison();
+                m->upload();
+            }
+    };
+    size_t need = 0;
+    REQUIRE(wkv_forward_scratch_size(cc.ctx, &need, &p.f) == WKV_OK);
+    CHECK(need >= (size_t)(p.c.B * p.c.T * p.c.H) * 1024);  // ~1.5 KB per token and head
+    {
+        ChunkedEnv never("0");
+        CudaContext seq;
+        size_t none = 1;
+        REQUIRE(wkv_forward_scratch_size(seq.ctx, &none, &p.f) == WKV_OK);
+        CHECK(none == 0);
+    }
+    REQUIRE(wkv_forward(cc.ctx, &p.f) == WKV_OK);  // the pool
+    cc.sync();
+    const std::vector<unsigned char> pooled = p.outputs();
+
+    // a device pointer one byte past an allocation's start, poisoned, with a guard zone after
+    void* alloc = nullptr;
+    CU(cudaMalloc(&alloc, need + 1 + kGuard));
+    std::unique_ptr<void, cudaError_t (*)(void*)> hold(alloc, cudaFree);
+    char* base = static_cast<char*>(alloc);
+    CU(cudaMemset(base, 0xff, need + 1));  // NaN in every float
+    std::vector<unsigned char> g(kGuard);
+    for (size_t i = 0; i < kGuard; i++) g[i] = guard_byte(i);
+    CU(cudaMemcpy(base + 1 + need, g.data(), kGuard, cudaMemcpyHostToDevice));
+    CU(cudaDeviceSynchronize());
+    poison_outputs();
+    p.f.scratch = base + 1;
+    p.f.scratch_size = need;
+    REQUIRE(wkv_forward(cc.ctx, &p.f) == WKV_OK);
+    cc.sync();
+    CHECK(p.outputs() == pooled);
+    std::vector<unsigned char> after(kGuard);
+    CU(cudaMemcpy(after.data(), base + 1 + need, kGuard, cudaMemcpyDeviceToHost));
+    CHECK(after == g);
+
+    // in a wkv_buffer of the context
+    wkv_buffer* buf = nullptr;
+    REQUIRE(wkv_buffer_create(cc.ctx, need, &buf) == WKV_OK);
+    poison_outputs();
+    p.f.scratch = buf;
+    REQUIRE(wkv_forward(cc.ctx, &p.f) == WKV_OK);
+    cc.sync();
+    CHECK(p.outputs() == pooled);
+    wkv_buffer_destroy(buf);
+
+    // bad scratch: refused before anything runs, the message naming it
+    std::vector<unsigned char> host(need);
+    const struct {
+        void* ptr;
+        size_t size;
+        wkv_status want;
+        const char* needle;
+    } bad[] = {{base + 1, need - 1, WKV_ERROR_WORKSPACE_TOO_SMALL, "desc->scratch_size"},
+               {host.data(), need, WKV_ERROR_DEVICE_MISMATCH, "desc->scratch is host memory"},
+               {nullptr, need, WKV_ERROR_NULL_POINTER, "desc->scratch is NULL"},
+               {const_cast<void*>(p.f.y.data), need, WKV_ERROR_ALIASING, "desc->scratch overlaps desc->y"}};
+    for (const auto& x : bad) {
+        p.f.scratch = x.ptr;
+        p.f.scratch_size = x.size;
+        const wkv_status got = wkv_forward(cc.ctx, &p.f);
+        const std::string msg = wkv_last_error(cc.ctx);
+        CAPTURE(msg);
+        CHECK(got == x.want);
+        CHECK(msg.find(x.needle) != std::string::npos);
+    }
+
+    // captured into a CUDA graph on the caller's stream: no allocation node with the scratch,
+    // one from the pool without it; replays give the same bits
+    cudaStream_t mine = nullptr;
+    CU(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking));
+    REQUIRE(wkv_cuda_set_stream(cc.ctx, mine) == WKV_OK);
+    for (const bool caller : {true, false}) {
+        CAPTURE(caller);
+        poison_outputs();
+        p.f.scratch = caller ? base + 1 : nullptr;
+        p.f.scratch_size = caller ? need : 0;
+        cudaGraph_t graph = nullptr;
+        CU(cudaStreamBeginCapture(mine, cudaStreamCaptureModeGlobal));
+        const wkv_status st = wkv_forward(cc.ctx, &p.f);
+        CU(cudaStreamEndCapture(mine, &graph));
+        INFO(wkv_last_error(cc.ctx));
+        REQUIRE(st == WKV_OK);
+        if (caller) CHECK(alloc_nodes(graph) == 0);
+        else CHECK(alloc_nodes(graph) >= 1);
+        cudaGraphExec_t exec = nullptr;
+        CU(cudaGraphInstantiate(&exec, graph, 0));
+        CU(cudaGraphLaunch(exec, mine));
+        CU(cudaGraphLaunch(exec, mine));
+        CU(cudaStreamSynchronize(mine));
+        CHECK(p.outputs() == pooled);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+    }
+    REQUIRE(wkv_cuda_set_stream(cc.ctx, nullptr) == WKV_OK);
+    cudaStreamDestroy(mine);
+    p.f.scratch = nullptr;
+    p.f.scratch_size = 0;
+}
+
 TEST_CASE("cuda: the context's own stream is non-blocking; results are deterministic") {
     CUDA_TEST_OR_SKIP();
     CudaContext cc;
