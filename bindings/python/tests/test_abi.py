@@ -26,7 +26,7 @@ LP64_SIZES = {
     "wkv_dtype": 4,
     "wkv_tensor": 48,
     "wkv_context_options": 64 + 8,  # + flags (uint64_t: past the old tail padding)
-    "wkv_forward_desc": 24 + 10 * 48 + 8 + 8 + 8 + 8,
+    "wkv_forward_desc": 24 + 10 * 48 + 8 + 8 + 8 + 8 + 8 + 8,  # ... workspace, scratch
     "wkv_backward_desc": 16 + 10 * 48 + 16 + 8,
     "wkv_backend_info": 64 + 4 * 16,
     "wkv_device_info": 8 + 256 + 8 + 4 + 4,

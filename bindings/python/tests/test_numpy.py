@@ -275,6 +275,24 @@ def test_forward_saves_checkpoints_for_the_backward(rng):
     check_grads(g1, ref.rwkv7_backward(*x.values(), dy, s0=s0))
 
 
+def test_forward_scratch(rng):
+    # the CPU backend needs no forward scratch: the size is 0 for every op, and a scratch given
+    # is neither read nor written; the results are the same bits
+    B, T, H, N = 1, 40, 2, 8
+    x = ref.random_inputs(rng, B, T, H, N)
+    assert wkv.forward_scratch_size("rwkv7", x) == 0
+    y0, s0 = wkv.rwkv7(*x.values())
+    scratch = np.full(256, 0xCD, np.uint8)
+    y1, s1 = wkv.rwkv7(*x.values(), scratch=scratch)
+    np.testing.assert_array_equal(y0, y1)
+    np.testing.assert_array_equal(s0, s1)
+    assert (scratch == 0xCD).all()
+    with pytest.raises(TypeError, match="scratch"):
+        wkv.rwkv7(*x.values(), scratch=[0] * 8)
+    with pytest.raises(wkv.ShapeError, match="wkv.forward_scratch_size"):
+        wkv.forward_scratch_size("rwkv7", dict(x, k=x["k"][:, :5]))
+
+
 def test_explicit_context_and_threads(rng):
     x = ref.random_inputs(rng, 2, 33, 2, 8)
     want = ref.rwkv7_forward(*x.values())

@@ -176,6 +176,8 @@ class wkv_forward_desc(Structure):
         ("num_seqs", c_int64),
         ("workspace", c_void_p),
         ("workspace_size", c_size_t),
+        ("scratch", c_void_p),
+        ("scratch_size", c_size_t),
     ]
 
 
@@ -360,7 +362,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 #: Functions declared when the loaded library has them (newer API, e.g. the device buffers).
 OPTIONAL_FUNCTIONS = ("wkv_context_synchronize", "wkv_context_health", "wkv_buffer_create", "wkv_buffer_destroy", "wkv_buffer_upload", "wkv_buffer_download",
-                      "wkv_buffer_size", "wkv_tensor_make_buffer",
+                      "wkv_buffer_size", "wkv_tensor_make_buffer", "wkv_forward_scratch_size",
                       # wkv_vulkan.h (Vulkan handles are opaque pointers here)
                       "wkv_vulkan_validation_message_count", "wkv_vulkan_context_create",
                       "wkv_vulkan_buffer_import", "wkv_vulkan_record_forward", "wkv_vulkan_record_backward")
@@ -377,6 +379,7 @@ def _declare_optional(lib: ctypes.CDLL) -> None:
         "wkv_buffer_download": ([ctx_p, buf_p, c_uint64, c_void_p, c_uint64], c_enum),
         "wkv_buffer_size": ([buf_p], c_uint64),
         "wkv_tensor_make_buffer": ([buf_p, c_uint64, wkv_dtype, c_int32, POINTER(c_int64)], wkv_tensor),
+        "wkv_forward_scratch_size": ([ctx_p, POINTER(c_size_t), POINTER(wkv_forward_desc)], c_enum),
         "wkv_vulkan_validation_message_count": ([ctx_p, POINTER(c_uint64)], c_enum),
         # (options, const wkv_vulkan_guest_options*, wkv_context** out)
         "wkv_vulkan_context_create": ([POINTER(wkv_context_options), c_void_p, POINTER(ctx_p)], c_enum),

@@ -302,10 +302,11 @@ def _want_autograd(objs: Sequence[Any]) -> bool:
 def forward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], state: Any = None, *,
             decay: Union[str, int, None] = None, state_layout: Optional[str] = None, seq_offsets: Any = None,
             out: Any = None, state_out: Any = None, context: Optional[Context] = None, convert: bool = False,
-            dtype: Optional[str] = None, poison: bool = False, workspace: Any = None) -> WkvOutput:
+            dtype: Optional[str] = None, poison: bool = False, workspace: Any = None,
+            scratch: Any = None) -> WkvOutput:
     """Runs ``wkv_forward`` for `spec` (the public op functions call this). With `workspace`
     (the backward's), the forward also saves its checkpoints there for a backward with
-    ``reuse_checkpoints=True``."""
+    ``reuse_checkpoints=True``; with `scratch`, the forward's temporary memory is the caller's."""
     decay_c = decay_code(fn, spec.default_decay if decay is None else decay)
     flags = layout_flags(spec, fn, state_layout or spec.layouts[0])
     bf16 = _bf16(fn, dtype)
@@ -324,6 +325,8 @@ def forward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], state: Any = None,
             s_obj, desc.state_out = call.output(state_out, "state_out", alloc, s_shape, None, F32, poison=poison)
             if workspace is not None:
                 desc.workspace, desc.workspace_size = buffer_address(workspace, "workspace", fn)
+            if scratch is not None:
+                desc.scratch, desc.scratch_size = buffer_address(scratch, "scratch", fn)
             call.check(lib.wkv_forward(ctx.handle, byref(desc)))
             del keep
         finally:
@@ -435,6 +438,41 @@ def workspace_size(op: str, inputs: Mapping[str, Any], dy: Any, state: Any = Non
     return int(n.value)
 
 
+def forward_scratch_size(op: str, inputs: Mapping[str, Any], state: Any = None, *,
+                         decay: Union[str, int, None] = None, state_layout: Optional[str] = None,
+                         seq_offsets: Any = None, workspace: Any = None, context: Optional[Context] = None,
+                         dtype: Optional[str] = None) -> int:
+    """The bytes of scratch ``<op>`` can use for these arguments on `context` (to allocate a
+    ``scratch=`` once and reuse it); 0 when the call needs none (the CPU and Vulkan backends;
+    CUDA wherever its sequential kernel runs). Pass the `workspace` the forward will get, if
+    any: a forward that saves checkpoints may run another kernel."""
+    spec = SPECS[op]
+    fn = "wkv.forward_scratch_size"
+    decay_c = decay_code(fn, spec.default_decay if decay is None else decay)
+    flags = layout_flags(spec, fn, state_layout or spec.layouts[0])
+    named = [(n, inputs.get(n)) for n in spec.inputs] + [("state", state)]
+    kind, device = _plan(fn, named, inputs.get("v"))
+    ctx = resolve_context(context, device)
+    lib = load()
+    if not hasattr(lib, "wkv_forward_scratch_size"):
+        return 0  # an older libwkv: its forwards take no scratch
+    with ctx.lock:
+        call = _Call(fn, ctx, False, _bf16(fn, dtype), _dlpack_stream(ctx))
+        try:
+            desc, views, _, keep = _forward_desc(spec, call, inputs, state, decay_c, flags, seq_offsets)
+            v = views["v"]
+            # y must be valid, distinct memory even for the size query
+            _, desc.y = call.output(None, "out", Allocator(kind, v.device), v.shape, v)
+            if workspace is not None:
+                desc.workspace, desc.workspace_size = buffer_address(workspace, "workspace", fn)
+            n = c_size_t()
+            call.check(lib.wkv_forward_scratch_size(ctx.handle, byref(n), byref(desc)))
+            del keep
+        finally:
+            call.release()
+    return int(n.value)
+
+
 # ------------------------------------------------------------------------------ public ops
 
 _COMMON_DOC = """
@@ -450,6 +488,10 @@ _COMMON_DOC = """
             :func:`wkv.workspace_size` bytes); the forward also saves its state checkpoints
             there, so that ``<op>_backward(..., workspace=it, reuse_checkpoints=True)`` skips
             recomputing them. Backends that do not save checkpoints ignore it.
+        scratch: optional temporary memory for the forward, owned by the caller (a contiguous
+            numpy uint8 array, or a torch tensor on the context's device) of at least
+            :func:`wkv.forward_scratch_size` bytes; without it a backend that needs some (CUDA's
+            chunked RWKV-7 forward) takes it from a pool of the context. Ignored where 0.
         context: a :class:`wkv.Context`; default: the one of :func:`wkv.use_context`, else a
             shared context for the memory the tensors live in (CPU backend for host arrays).
         convert: allow float32 / contiguous *copies of inputs* that are not float32, float16,
@@ -476,9 +518,9 @@ def rwkv7(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, 
           state: Optional[ArrayLike] = None, *, decay: Union[str, int] = "clampw", state_layout: str = "vk",
           seq_offsets: Any = None, out: Any = None, state_out: Any = None, context: Optional[Context] = None,
           convert: bool = False, dtype: Optional[str] = None,
-          workspace: Any = None) -> WkvOutput:
+          workspace: Any = None, scratch: Any = None) -> WkvOutput:
     if _want_autograd((r, w, k, v, a, b, state)):
-        if out is not None or state_out is not None or workspace is not None:
+        if out is not None or state_out is not None or workspace is not None or scratch is not None:
             raise InvalidArgumentError("wkv.rwkv7: out= and state_out= do not support autograd "
                                        "(inputs require grad)")
         from . import torch as _t
@@ -487,7 +529,8 @@ def rwkv7(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, a: ArrayLike, 
                                    seq_offsets=seq_offsets, context=context))
     return forward(SPECS["rwkv7"], "wkv.rwkv7", dict(r=r, w=w, k=k, v=v, a=a, b=b), state, decay=decay,
                    state_layout=state_layout, seq_offsets=seq_offsets, out=out, state_out=state_out,
-                   context=context, convert=convert, dtype=dtype, workspace=workspace)
+                   context=context, convert=convert, dtype=dtype, workspace=workspace,
+                   scratch=scratch)
 
 
 rwkv7.__doc__ = _doc("""RWKV-7 WKV forward.
@@ -554,9 +597,9 @@ def rwkv6(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, u: ArrayLike, 
           *, decay: Union[str, int] = "exp_neg_exp", state_layout: str = "vk", seq_offsets: Any = None,
           out: Any = None, state_out: Any = None, context: Optional[Context] = None, convert: bool = False,
           dtype: Optional[str] = None,
-          workspace: Any = None) -> WkvOutput:
+          workspace: Any = None, scratch: Any = None) -> WkvOutput:
     if _want_autograd((r, w, k, v, u, state)):
-        if out is not None or state_out is not None or workspace is not None:
+        if out is not None or state_out is not None or workspace is not None or scratch is not None:
             raise InvalidArgumentError("wkv.rwkv6: out= and state_out= do not support autograd")
         from . import torch as _t
 
@@ -564,7 +607,8 @@ def rwkv6(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, u: ArrayLike, 
                                    seq_offsets=seq_offsets, context=context))
     return forward(SPECS["rwkv6"], "wkv.rwkv6", dict(r=r, w=w, k=k, v=v, u=u), state, decay=decay,
                    state_layout=state_layout, seq_offsets=seq_offsets, out=out, state_out=state_out,
-                   context=context, convert=convert, dtype=dtype, workspace=workspace)
+                   context=context, convert=convert, dtype=dtype, workspace=workspace,
+                   scratch=scratch)
 
 
 rwkv6.__doc__ = _doc("""RWKV-6 (and RWKV-5) WKV forward.
@@ -603,9 +647,9 @@ def rwkv6_backward(r: ArrayLike, w: ArrayLike, k: ArrayLike, v: ArrayLike, u: Ar
 def rwkv4(w: ArrayLike, u: ArrayLike, k: ArrayLike, v: ArrayLike, state: Optional[ArrayLike] = None, *,
           state_layout: str = "planar", seq_offsets: Any = None, out: Any = None, state_out: Any = None,
           context: Optional[Context] = None, convert: bool = False, dtype: Optional[str] = None,
-          workspace: Any = None) -> WkvOutput:
+          workspace: Any = None, scratch: Any = None) -> WkvOutput:
     if _want_autograd((w, u, k, v, state)):
-        if out is not None or state_out is not None or workspace is not None:
+        if out is not None or state_out is not None or workspace is not None or scratch is not None:
             raise InvalidArgumentError("wkv.rwkv4: out= and state_out= do not support autograd")
         from . import torch as _t
 
@@ -613,7 +657,8 @@ def rwkv4(w: ArrayLike, u: ArrayLike, k: ArrayLike, v: ArrayLike, state: Optiona
                                    context=context))
     return forward(SPECS["rwkv4"], "wkv.rwkv4", dict(w=w, u=u, k=k, v=v), state, decay="exp_neg_exp",
                    state_layout=state_layout, seq_offsets=seq_offsets, out=out, state_out=state_out,
-                   context=context, convert=convert, dtype=dtype, workspace=workspace)
+                   context=context, convert=convert, dtype=dtype, workspace=workspace,
+                   scratch=scratch)
 
 
 rwkv4.__doc__ = _doc("""RWKV-4 WKV forward (numerically stable form).
