@@ -531,7 +531,9 @@ WKV_API wkv_status wkv_device_get_info(wkv_backend backend, int32_t index, wkv_d
  *
  * The backward workspace on such a context may be a wkv_buffer* (its first workspace_size
  * bytes are used) or host memory (on CUDA also a device pointer); with host memory the library
- * uses device scratch of its own of that size and never touches the host bytes. Host memory of
+ * uses device scratch of its own of that size and never touches the host bytes. The forward's
+ * scratch (wkv_forward_desc.scratch) may be a wkv_buffer* or, on CUDA, a device pointer; never
+ * host memory. Host memory of
  * a Vulkan context that belongs to the caller's own VkDevice (guest mode) is in wkv_vulkan.h.
  *
  *   wkv_buffer* state = NULL;

@@ -22,6 +22,17 @@ extern "C" {
  * before a call reads it.
  * Returns WKV_ERROR_INVALID_ARGUMENT when ctx is not on the CUDA backend. */
 WKV_API wkv_status wkv_cuda_set_stream(wkv_context* ctx, cudaStream_t stream);
+/* MEMORY. A call on device memory copies nothing and allocates nothing, with one exception:
+ * the chunked RWKV-7 forward (N = 64, WKV_DECAY_CLAMPW, unpacked, few heads and long T: where
+ * wkv_forward_scratch_size is nonzero) needs ~1.5 KB per token and head of device memory while
+ * it runs. Given as wkv_forward_desc.scratch (device memory or a wkv_buffer of ctx, at least
+ * wkv_forward_scratch_size bytes), that is all it uses. Without it the context takes it from a
+ * stream-ordered memory pool of its own (cudaMallocFromPoolAsync / cudaFreeAsync on the stream:
+ * no synchronisation; in a captured graph an allocation node), which keeps what the last such
+ * call needed between calls and gives it back when the context is destroyed; if the pool
+ * cannot give it, the call runs the sequential kernel instead (same results within rounding).
+ * WKV_CUDA_RWKV7_CHUNKED=0 in the environment at context creation never chunks (no scratch). */
+
 /* The stream ctx enqueues on (as created: a non-blocking stream of the library's own). */
 WKV_API wkv_status wkv_cuda_get_stream(wkv_context* ctx, cudaStream_t* out_stream);
 
