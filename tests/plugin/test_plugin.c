@@ -84,8 +84,15 @@ __attribute__((visibility("default"))) const wkv_backend_iface* wkv_plugin_entry
     g_iface.kind = TEST_PLUGIN_KIND;
     g_iface.name = "test";
     g_iface.probe = probe;
+#if TEST_PLUGIN_ABI == 2
+    /* an ABI v2 plugin: its iface ends before forward_scratch_size */
+    g_iface.struct_size = (uint32_t)WKV_BACKEND_IFACE_V2_SIZE;
+    (void)forward;
+    (void)forward_scratch_size;
+#else
     g_iface.forward = forward;
     g_iface.forward_scratch_size = forward_scratch_size;
+#endif
     g_iface.buffer_create = buffer_create;
     g_iface.buffer_destroy = buffer_destroy;
     g_iface.buffer_write = buffer_write;

@@ -216,7 +216,7 @@ TEST_CASE("fault: no_driver: a plugin that fails to load is reported, AUTO falls
 // every check of the core runs here without a GPU; the CUDA backend's use of it is in
 // tests/test_cuda.cpp.
 TEST_CASE("scratch: sized by the backend, checked by the core, handed on only when good") {
-    if (std::getenv("WKV_FAULT")) return; // the no_driver run has no plugin
+    if (std::getenv("WKV_FAULT") || std::getenv("WKV_TEST_PLUGIN_ABI_V2")) return; // other plugins
     constexpr size_t kNeed = 3 * 16;        // B * T * H tokens and heads, 16 bytes each
     constexpr unsigned char kByte = 0x5a;   // what the plugin writes
     wkv_context_options o{};
@@ -336,5 +336,35 @@ TEST_CASE("scratch: sized by the backend, checked by the core, handed on only wh
     REQUIRE(wkv_forward(ctx, &g) == WKV_OK);
     for (unsigned char x : scratch) CHECK(x == 0);
     for (float x : y4) CHECK(std::isfinite(x));
+    wkv_context_destroy(ctx);
+}
+
+// Run by ctest as wkv_plugin_tests_abi_v2, with WKV_PLUGIN_PATH at the ABI v2 build of the test
+// plugin: the core still loads an older plugin; it needs no scratch and never sees one.
+TEST_CASE("a backend ABI v2 plugin loads and works; its forward needs no scratch") {
+    if (!std::getenv("WKV_TEST_PLUGIN_ABI_V2")) return; // the ordinary run
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.backend = WKV_BACKEND_CUDA;
+    wkv_context* ctx = nullptr;
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    std::vector<float> y_plain, y;
+    REQUIRE(run_forward(ctx, WKV_DEVICE_CUDA, y_plain) == WKV_OK);
+    wkv_forward_desc f = tiny_forward(WKV_DEVICE_CUDA, y);
+    size_t bytes = 1;
+    REQUIRE(wkv_forward_scratch_size(ctx, &bytes, &f) == WKV_OK);
+    CHECK(bytes == 0);
+    std::vector<unsigned char> scratch(64, 0);
+    f.scratch = scratch.data();
+    f.scratch_size = 1;
+    REQUIRE(wkv_forward(ctx, &f) == WKV_OK);
+    CHECK(y == y_plain);
+    for (unsigned char x : scratch) CHECK(x == 0);
+    wkv_context_destroy(ctx);
+    o.backend = WKV_BACKEND_CPU;
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    std::vector<float> y_cpu;
+    REQUIRE(run_forward(ctx, WKV_DEVICE_CPU, y_cpu) == WKV_OK);
+    CHECK(y_plain == y_cpu);
     wkv_context_destroy(ctx);
 }
