@@ -703,9 +703,9 @@ char* device_memory(void* ptr, const wkv_buffer_ref& mem) {
  * scratch. */
 char* device_workspace(const wkv_problem* p) { return device_memory(p->workspace, p->workspace_mem); }
 
-/* The backward's checkpoints in a workspace: 256-byte aligned (the size formula's slack). */
+/* The backward's checkpoints in a workspace: kScratchAlign-aligned (the size formula's slack). */
 float* checkpoint_area(char* ws) {
-    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(ws) + 255u) & ~(uintptr_t)255u);
+    return reinterpret_cast<float*>(align_up_ptr(ws, kScratchAlign));
 }
 
 /* Enqueues the RWKV-6 or RWKV-4 forward on the placed views; the cudaError_t as int. */
