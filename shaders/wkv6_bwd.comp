@@ -50,6 +50,22 @@ layout(std430, set = 0, binding = BINDING_PART) buffer Part { float part[]; };
 
 shared float s_r[N], s_d[N], s_ddw[N], s_k[N], s_v[N], s_u[N], s_dy[N];
 
+// A forward step's inputs (w, k, v of one token, element x) are loaded one token ahead into
+// registers (prefetch), so that their memory latency overlaps the current token's work; stage
+// puts w's decay and k into shared memory and returns v at the start of the step that uses them.
+float pf_w, pf_k, pf_v;
+void prefetch(int batch, int t, int h, int x) {
+    pf_w = ld_w(tok(SLOT_W, batch, t, h, x));
+    pf_k = ld_k(tok(SLOT_K, batch, t, h, x));
+    pf_v = ld_v(tok(SLOT_V, batch, t, h, x));
+}
+float stage(int x) {
+    float ddw;
+    s_d[x] = decay_of(pf_w, ddw);
+    s_k[x] = pf_k;
+    return pf_v;
+}
+
 void main() {
     const int x = int(gl_LocalInvocationID.x);
     const int item = pc.item_base + int(gl_WorkGroupID.x);
@@ -70,13 +86,12 @@ void main() {
         WKV_FOR_N(j) S_a[j] = 0.0; WKV_END
     }
     // 1. checkpoints
+    if (nseg > 1) prefetch(batch, t0, h, x);
     for (int g = 0; g + 1 < nseg; ++g) {
         WKV_ROW_STORE(ck, ck4, ck0 + g * NN + x * N, S6_)
         for (int t = t0 + g * WKV_K; t < t0 + (g + 1) * WKV_K; ++t) {
-            float ddw;
-            s_d[x] = decay_of(ld_w(tok(SLOT_W, batch, t, h, x)), ddw);
-            s_k[x] = ld_k(tok(SLOT_K, batch, t, h, x));
-            const float vx = ld_v(tok(SLOT_V, batch, t, h, x));
+            const float vx = stage(x);
+            prefetch(batch, t + 1, h, x); // t + 1 < t1: this loop stops a segment short
             barrier();
             WKV_FOR_N(j) S_a[j] = S_a[j] * s_d[j] + vx * s_k[j]; WKV_END
             barrier();
@@ -99,12 +114,10 @@ void main() {
         const int m = min(WKV_K, t1 - ts);
         WKV_ROW_LOAD(ck, ck4, ck0 + g * NN + x * N, S6_)
         WKV_ROW_STORE(rep, rep4, rp + x * N, S6_)
+        if (m > 1) prefetch(batch, ts, h, x);
         for (int q = 0; q + 1 < m; ++q) {
-            const int t = ts + q;
-            float ddw;
-            s_d[x] = decay_of(ld_w(tok(SLOT_W, batch, t, h, x)), ddw);
-            s_k[x] = ld_k(tok(SLOT_K, batch, t, h, x));
-            const float vx = ld_v(tok(SLOT_V, batch, t, h, x));
+            const float vx = stage(x);
+            prefetch(batch, ts + min(q + 1, m - 2), h, x);
             barrier();
             const int o = rp + (q + 1) * NN + x * N;
             WKV_FOR_N(j) S_a[j] = S_a[j] * s_d[j] + vx * s_k[j]; WKV_END

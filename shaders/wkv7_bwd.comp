@@ -58,14 +58,24 @@ layout(std430, set = 0, binding = BINDING_REPLAY) coherent buffer Replay4 { vec4
 
 shared float s_r[N], s_d[N], s_ddw[N], s_k[N], s_v[N], s_a[N], s_b[N], s_dy[N], s_sa[N], s_dsa[N];
 
-// Stages decay, k, v, a, b of token t (element x), for a forward step.
-void load_step(int batch, int t, int h, int x) {
+// A forward step's inputs (w, k, v, a, b of one token, element x) are loaded one token ahead
+// into registers (prefetch), so that their memory latency overlaps the current token's work,
+// and staged into shared memory (stage) at the start of the step that uses them.
+float pf_w, pf_k, pf_v, pf_a, pf_b;
+void prefetch(int batch, int t, int h, int x) {
+    pf_w = ld_w(tok(SLOT_W, batch, t, h, x));
+    pf_k = ld_k(tok(SLOT_K, batch, t, h, x));
+    pf_v = ld_v(tok(SLOT_V, batch, t, h, x));
+    pf_a = ld_a(tok(SLOT_A, batch, t, h, x));
+    pf_b = ld_b(tok(SLOT_B, batch, t, h, x));
+}
+void stage(int x) {
     float ddw;
-    s_d[x] = decay_of(ld_w(tok(SLOT_W, batch, t, h, x)), ddw);
-    s_k[x] = ld_k(tok(SLOT_K, batch, t, h, x));
-    s_v[x] = ld_v(tok(SLOT_V, batch, t, h, x));
-    s_a[x] = ld_a(tok(SLOT_A, batch, t, h, x));
-    s_b[x] = ld_b(tok(SLOT_B, batch, t, h, x));
+    s_d[x] = decay_of(pf_w, ddw);
+    s_k[x] = pf_k;
+    s_v[x] = pf_v;
+    s_a[x] = pf_a;
+    s_b[x] = pf_b;
 }
 
 void main() {
@@ -89,10 +99,12 @@ void main() {
     } else {
         WKV_FOR_N(j) S_(j) = 0.0; WKV_END
     }
+    if (nseg > 1) prefetch(batch, t0, h, x);
     for (int g = 0; g + 1 < nseg; ++g) {
         WKV_ROW_STORE(ck, ck4, ck0 + g * NN + x * N, S_)
         for (int t = t0 + g * WKV_K; t < t0 + (g + 1) * WKV_K; ++t) {
-            load_step(batch, t, h, x);
+            stage(x);
+            prefetch(batch, t + 1, h, x); // t + 1 < t1: this loop stops a segment short
             barrier();
             float sa = 0.0;
             WKV_FOR_N(j) sa += S_(j) * s_a[j]; WKV_END
@@ -118,8 +130,10 @@ void main() {
         // replay: rep[0] = C_g, rep[u + 1] = S after token ts + u
         WKV_ROW_LOAD(ck, ck4, ck0 + g * NN + x * N, S_)
         WKV_ROW_STORE(rep, rep4, rp + x * N, S_)
+        prefetch(batch, ts, h, x);
         for (int u = 0; u < m; ++u) {
-            load_step(batch, ts + u, h, x);
+            stage(x);
+            prefetch(batch, ts + min(u + 1, m - 1), h, x);
             barrier();
             float sa = 0.0;
             WKV_FOR_N(j) sa += S_(j) * s_a[j]; WKV_END
