@@ -808,6 +808,24 @@ wkv_status cuda_forward_scratch_size(void* state, const wkv_problem* p, size_t* 
     return WKV_OK;
 }
 
+/* The parameters the sequential and the chunked RWKV-7 forwards share (the rest zeroed): the
+ * placed views in the core's order, T and H. */
+template <class Params>
+void set_rwkv7_forward_views(Params* prm, const wkv_problem* p, const Placement& pl) {
+    std::memset(prm, 0, sizeof *prm);
+    prm->r = pl.v[0];
+    prm->w = pl.v[1];
+    prm->k = pl.v[2];
+    prm->v = pl.v[3];
+    prm->a = pl.v[4];
+    prm->b = pl.v[5];
+    prm->y = pl.v[kY];
+    prm->state_in = pl.v[kStateIn];
+    prm->state_out = pl.v[kStateOut];
+    prm->T = p->T;
+    prm->H = (int32_t)p->H;
+}
+
 /* The pool keeps `bytes` between calls. Not while the stream is being captured: setting an
  * attribute is no stream work, and the graph's own allocation does not come from the pool. */
 void chunk_pool_keep(CudaState* st, uint64_t bytes) {
@@ -843,19 +861,8 @@ bool forward_rwkv7_chunked(CudaState* st, const wkv_problem* p, const Placement&
         }
     }
     Rwkv7ChunkParams prm;
-    std::memset(&prm, 0, sizeof prm);
-    prm.r = pl.v[0];
-    prm.w = pl.v[1];
-    prm.k = pl.v[2];
-    prm.v = pl.v[3];
-    prm.a = pl.v[4];
-    prm.b = pl.v[5];
-    prm.y = pl.v[kY];
-    prm.state_in = pl.v[kStateIn];
-    prm.state_out = pl.v[kStateOut];
-    prm.T = p->T;
+    set_rwkv7_forward_views(&prm, p, pl);
     prm.B = p->B;
-    prm.H = (int32_t)p->H;
     prm.nc = (int32_t)((p->T + rwkv7_chunk_len(64) - 1) / rwkv7_chunk_len(64));
     prm.ws = static_cast<float*>(ws);
     *err = (cudaError_t)rwkv7_launch_chunked(64, prm, st->stream);
@@ -907,18 +914,7 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
         }
     }
     Rwkv7FwdParams prm;
-    std::memset(&prm, 0, sizeof prm);
-    prm.r = pl.v[0];
-    prm.w = pl.v[1];
-    prm.k = pl.v[2];
-    prm.v = pl.v[3];
-    prm.a = pl.v[4];
-    prm.b = pl.v[5];
-    prm.y = pl.v[kY];
-    prm.state_in = pl.v[kStateIn];
-    prm.state_out = pl.v[kStateOut];
-    prm.T = p->T;
-    prm.H = (int32_t)p->H;
+    set_rwkv7_forward_views(&prm, p, pl);
     prm.form = (int32_t)p->decay_form;
     if (p->save_checkpoints) { /* the core asked cuda_saves_checkpoints first */
         prm.ckpt = checkpoint_area(device_workspace(p));
