@@ -214,7 +214,7 @@ TEST_CASE("fault: no_driver: a plugin that fails to load is reported, AUTO falls
 // ---- the forward's scratch (wkv_forward_desc.scratch, backend ABI v3). The test plugin claims
 // 16 bytes per token and head for RWKV-7 and fills what it gets with 0x5a (test_plugin.c), so
 // every check of the core runs here without a GPU; the CUDA backend's use of it is in
-// tests/test_cuda.cpp.
+// backends/cuda/tests/test_cuda_rwkv7_chunked.cpp.
 TEST_CASE("scratch: sized by the backend, checked by the core, handed on only when good") {
     if (std::getenv("WKV_FAULT") || std::getenv("WKV_TEST_PLUGIN_ABI_V2")) return; // other plugins
     constexpr size_t kNeed = 3 * 16;        // B * T * H tokens and heads, 16 bytes each

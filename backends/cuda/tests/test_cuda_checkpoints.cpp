@@ -18,22 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_support.h"
 #include "test_any_op.h"
 #include "test_util.h"
 #include "test_util_ops.h"
 
-extern int g_wkv_cuda_skipped;
-extern int g_wkv_cuda_ran;
-
 using namespace wkvtest;
 
 namespace {
-
-bool ckpt_cuda_available() {
-    wkv_backend_info info{};
-    info.struct_size = sizeof info;
-    return wkv_backend_get_info(WKV_BACKEND_CUDA, &info) == WKV_OK && info.available;
-}
 
 struct CkCase {
     wkv_op op = WKV_OP_RWKV7;
@@ -211,12 +203,7 @@ void check_case(const CkCase& c) {
 } // namespace
 
 TEST_CASE("cuda checkpoints: a backward reusing the forward's checkpoints is bit-identical to one that recomputes them") {
-    if (!ckpt_cuda_available()) {
-        MESSAGE("SKIPPED: no CUDA device");
-        ++g_wkv_cuda_skipped;
-        return;
-    }
-    ++g_wkv_cuda_ran;
+    CUDA_TEST_OR_SKIP();
     for (int64_t N : {int64_t(64), int64_t(32), int64_t(128)}) {
         CkCase c;
         c.N = N;

@@ -21,43 +21,18 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_support.h"
 #include "golden.h"
 #include "test_util_ops.h"
-
-extern int g_wkv_cuda_skipped;
-extern int g_wkv_cuda_ran;
 
 using namespace wkvtest;
 
 namespace {
 
-const char* ops_no_cuda() {
-    static std::string why;
-    static int state = -1;
-    if (state < 0) {
-        wkv_backend_info info{};
-        info.struct_size = sizeof info;
-        const wkv_status s = wkv_backend_get_info(WKV_BACKEND_CUDA, &info);
-        state = s == WKV_OK && info.available ? 1 : 0;
-        if (!state) why = s == WKV_OK && info.reason ? info.reason : "no cuda backend";
-    }
-    return state ? nullptr : why.c_str();
-}
-
-#define OPS_CUDA_OR_SKIP()                                                          \
-    do {                                                                            \
-        if (const char* why_ = ops_no_cuda()) {                                     \
-            MESSAGE("SKIPPED: no CUDA device (" << std::string(why_) << ")");       \
-            ++g_wkv_cuda_skipped;                                                   \
-            return;                                                                 \
-        }                                                                           \
-        ++g_wkv_cuda_ran;                                                           \
-    } while (0)
-
 // ------------------------------------------------------------------------------ golden files
 
 TEST_CASE("cuda: every golden wkv6/wkv4 file, f32/f16/bf16, both state orders") {
-    OPS_CUDA_OR_SKIP();
+    CUDA_TEST_OR_SKIP();
     const std::string dir = golden_dir();
     for (const char* name : {"wkv6_log_N64", "wkv6_exp_neg_exp_N64", "wkv4_C96", "wkv4_C96_largek"}) {
         const std::string path = dir + "/" + name + ".safetensors";
@@ -476,7 +451,7 @@ const wkv_decay_form kForms6[] = {WKV_DECAY_EXP_NEG_EXP, WKV_DECAY_LOG, WKV_DECA
 } // namespace
 
 TEST_CASE("cuda rwkv6: random inputs vs the CPU backend: T x N x dtype x form x states") {
-    OPS_CUDA_OR_SKIP();
+    CUDA_TEST_OR_SKIP();
     const uint64_t seed = test_seed();
     int n = 0;
     for (int64_t N : {32, 64, 128})
@@ -497,7 +472,7 @@ TEST_CASE("cuda rwkv6: random inputs vs the CPU backend: T x N x dtype x form x 
 }
 
 TEST_CASE("cuda rwkv6: layouts, RWKV-5, mixed dtypes, padded/in-place states, packed") {
-    OPS_CUDA_OR_SKIP();
+    CUDA_TEST_OR_SKIP();
     const uint64_t seed = test_seed() + 100;
     int n = 0;
     for (Layout l : {Layout::PaddedT, Layout::Transposed, Layout::InnerStride}) {
@@ -536,7 +511,7 @@ TEST_CASE("cuda rwkv6: layouts, RWKV-5, mixed dtypes, padded/in-place states, pa
 }
 
 TEST_CASE("cuda rwkv4: random inputs vs the CPU backend: T x C x dtype x states, large k") {
-    OPS_CUDA_OR_SKIP();
+    CUDA_TEST_OR_SKIP();
     const uint64_t seed = test_seed() + 200;
     int n = 0;
     for (int64_t C : {1, 96, 130, 2048})
@@ -590,7 +565,7 @@ TEST_CASE("cuda rwkv4: random inputs vs the CPU backend: T x C x dtype x states,
 }
 
 TEST_CASE("cuda rwkv6/rwkv4: two device runs are bit-identical (no order-dependent reductions)") {
-    OPS_CUDA_OR_SKIP();
+    CUDA_TEST_OR_SKIP();
     for (wkv_op op : {WKV_OP_RWKV6, WKV_OP_RWKV4}) {
         Cfg c;
         c.op = op;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_support.h"
 #include "test_any_op.h"
 #include "test_fault_util.h"
 #include "test_nonfinite.h"
@@ -23,39 +24,14 @@
 
 using namespace wkvtest;
 
-// Set by cuda_test_main.cpp's main: how many cases skipped for want of a device, and ran.
-extern int g_wkv_cuda_skipped;
-extern int g_wkv_cuda_ran;
-
 namespace {
-
-bool cuda_usable() {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        cudaGetLastError();
-        return false;
-    }
-    wkv_backend_info info{};
-    info.struct_size = sizeof info;
-    return wkv_backend_get_info(WKV_BACKEND_CUDA, &info) == WKV_OK && info.available;
-}
-
-#define CUDA_RELIABILITY_OR_SKIP()                                      \
-    do {                                                                \
-        if (!cuda_usable()) {                                           \
-            MESSAGE("SKIPPED: no CUDA device");                         \
-            ++g_wkv_cuda_skipped;                                       \
-            return;                                                     \
-        }                                                               \
-        ++g_wkv_cuda_ran;                                               \
-    } while (0)
 
 wkv_context* cuda_context(const char* fault = nullptr) { return fault_context(WKV_BACKEND_CUDA, fault); }
 
 } // namespace
 
 TEST_CASE("cuda fault: cudaMalloc failing (staging scratch, buffers) is a status; the context stays healthy") {
-    CUDA_RELIABILITY_OR_SKIP();
+    CUDA_TEST_OR_SKIP();
     if (!faults_compiled_in()) {
         MESSAGE("this build has no fault injection (WKV_FAULT_INJECTION=OFF)");
         return;
@@ -102,7 +78,7 @@ TEST_CASE("cuda fault: cudaMalloc failing (staging scratch, buffers) is a status
 }
 
 TEST_CASE("cuda fault: the device lost at a launch or a wait: health, later calls refused, others work") {
-    CUDA_RELIABILITY_OR_SKIP();
+    CUDA_TEST_OR_SKIP();
     if (!faults_compiled_in()) return;
     const uint64_t seed = test_seed();
     CAPTURE(seed);
@@ -166,7 +142,7 @@ TEST_CASE("cuda fault: the device lost at a launch or a wait: health, later call
 }
 
 TEST_CASE("cuda nonfinite: NaN and Inf inputs propagate as in the float64 reference, every op") {
-    CUDA_RELIABILITY_OR_SKIP();
+    CUDA_TEST_OR_SKIP();
     const uint64_t seed = test_seed();
     CAPTURE(seed);
     wkv_context* ctx = cuda_context();
