@@ -12,7 +12,8 @@
  * the decay computed per token by vexp (decay_rows). N = 32, 64, 128 (padded) have
  * compile-time row lengths; other N run the same code with a run-time length.
  *
- * Forward scratch per chunk: Np^2 + 8 Np floats (state; r w k v a b decay y rows). */
+ * Forward scratch per chunk: G Np^2 + 9 Np floats (states; r w k v a b decay y rows, and a
+ * second decay row: the next step's decay is computed one step ahead). */
 
 #ifndef WKV_RWKV7_ROWS
 #define WKV_RWKV7_ROWS 4
@@ -20,10 +21,35 @@
 constexpr int kRows = WKV_RWKV7_ROWS; /* value rows per pass (a multiple of 4) */
 constexpr int64_t K7 = kRwkv7CheckpointInterval; /* the checkpoint interval */
 
+/* sa = S . a for the kRows rows at `rows` (row stride rs), summed into sa_mem (and sa_out). */
+template <int NV>
+WKV_SIMD_INLINE void sa_block(const float* rows, int64_t rs, int nv, const float* __restrict a,
+                              float* sa_mem, float* sa_out) noexcept {
+    T c[kRows];
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows; ++u) c[u] = V::zero();
+#pragma GCC unroll 16
+    for (int q = 0; q < (NV ? NV : nv); ++q) {
+        const T av = V::load(a + q * W);
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) c[u] = V::fma(V::load(rows + u * rs + q * W), av, c[u]);
+    }
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows; u += 4) {
+        const V::Q sa4 = V::hsum4(c[u], c[u + 1], c[u + 2], c[u + 3]);
+        V::q_store(sa_mem + u, sa4);
+        if (sa_out) V::q_storeu(sa_out + u, sa4);
+    }
+}
+
 /* One token over the rows [0, Np) of the state: src rows (row stride srs) -> dst rows (drs);
  * dst may be src (in place). NV: vectors per row (0 = the run-time nv). kY: also y = S_new . r
  * (into y). kDr (the backward's replay): also dr = S_new^T dy (into y, with r = dy). sa_out
- * (may be NULL): sa per row. */
+ * (may be NULL): sa per row.
+ * Software-pipelined by one block of rows: the sa sums of block ib + kRows (its FMAs and
+ * hsum4, a chain of ~40 cycles) are issued before block ib's update, whose sa came from the
+ * iteration before, so the update's FMAs never wait on a reduction (NOTES.md, step 23). Every
+ * value is computed by the same operations in the same order as without the pipelining. */
 template <int NV, bool kY, bool kDr = false>
 inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, int nv_rt,
                       int64_t Np, const float* __restrict decay, const float* __restrict k,
@@ -31,10 +57,17 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
                       const float* __restrict b, const float* __restrict r, float* y,
                       float* sa_out) noexcept {
     const int nv = NV ? NV : nv_rt;
-    alignas(16) float sa_mem[kRows];
+    alignas(16) float sa_mem[2][kRows];
     if (kDr)
         for (int64_t j = 0; j < Np; j += W) V::store(y + j, V::zero());
-    for (int64_t ib = 0; ib < Np; ib += kRows) {
+    sa_block<NV>(src, srs, nv, a, sa_mem[0], sa_out);
+    int cur = 0;
+    for (int64_t ib = 0; ib < Np; ib += kRows, cur ^= 1) {
+        /* the next block's sa first: rows of src that this block's update does not write */
+        if (ib + kRows < Np)
+            sa_block<NV>(src + (ib + kRows) * srs, srs, nv, a, sa_mem[cur ^ 1],
+                         sa_out ? sa_out + ib + kRows : nullptr);
+
         const float* sp[kRows];
         float* dp[kRows];
 #pragma GCC unroll 16
@@ -42,29 +75,12 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
             sp[u] = src + (ib + u) * srs;
             dp[u] = dst + (ib + u) * drs;
         }
-
-        /* sa for the rows */
-        T c[kRows];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows; ++u) c[u] = V::zero();
-#pragma GCC unroll 16
-        for (int q = 0; q < nv; ++q) {
-            const T av = V::load(a + q * W);
-#pragma GCC unroll 16
-            for (int u = 0; u < kRows; ++u) c[u] = V::fma(V::load(sp[u] + q * W), av, c[u]);
-        }
         /* per-row scalars are broadcast from memory (a load-port operation) rather than
          * shuffled out of a register (the port 512-bit FMAs also use): NOTES.md, step 12 */
         T sab[kRows], vb[kRows];
 #pragma GCC unroll 16
-        for (int u = 0; u < kRows; u += 4) {
-            const V::Q sa4 = V::hsum4(c[u], c[u + 1], c[u + 2], c[u + 3]);
-            V::q_store(sa_mem + u, sa4);
-            if (sa_out) V::q_storeu(sa_out + ib + u, sa4);
-        }
-#pragma GCC unroll 16
         for (int u = 0; u < kRows; ++u) {
-            sab[u] = V::bcast_mem(sa_mem + u);
+            sab[u] = V::bcast_mem(sa_mem[cur] + u);
             vb[u] = V::bcast_mem(v + ib + u);
         }
 
@@ -161,7 +177,7 @@ int64_t forward_group7(const wkv_problem* p, int64_t threads) {
 
 uint64_t forward_chunk_floats7(const wkv_problem* p, int64_t group, CheckedSize& c) {
     const uint64_t Np = (uint64_t)padded(p->N);
-    return c.add(c.mul((uint64_t)group, c.mul(Np, Np)), c.mul(8, Np));
+    return c.add(c.mul((uint64_t)group, c.mul(Np, Np)), c.mul(9, Np));
 }
 
 template <int NV>
@@ -218,20 +234,39 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
     const bool want_y = view_present(p->y);
     for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t)
         for (int64_t h = h0; h < h1; ++h) prefetch_token7(p, batch, t, h, want_y);
+    /* The decay of each step (token t, head g) is computed one step ahead, into the other of
+     * two rows, before the step_rows it does not feed: its vexp chains (~200 cycles of latency
+     * per head, step 22) then run beside that step's FMAs instead of in front of the update
+     * that waits for them (NOTES.md, step 24). */
+    float* dbuf[2] = {x.decay, x.y + Np};
+    int cur = 0;
+    decay_rows(p->decay_form, token_in(p->w, batch, t0, h0, N, Np, x.w), dbuf[0], nullptr, Np);
     for (int64_t t = t0; t < t1; ++t) {
         const bool last = t + 1 == t1;
         if (t + kPrefetchAhead < t1)
             for (int64_t h = h0; h < h1; ++h) prefetch_token7(p, batch, t + kPrefetchAhead, h, want_y);
         const int64_t boundary = save && (t + 1 - t0) % K7 == 0 && !last ? (t + 1 - t0) / K7 : 0;
-        for (int64_t g = 0; g < nh; ++g) {
+        for (int64_t g = 0; g < nh; ++g, cur ^= 1) {
             const int64_t h = h0 + g;
             float* dst = last && out[g] ? out[g] : boundary ? ck[g] + boundary * Np * Np : S[g];
             const int64_t drs = last && out[g] ? out_rs[g] : Np;
-            const Inputs7 in = load_inputs7(p, batch, t, h, Np, want_y, x, nullptr);
+            Inputs7 in;
+            in.r = want_y ? token_in(p->r, batch, t, h, N, Np, x.r) : nullptr;
+            in.k = token_in(p->k, batch, t, h, N, Np, x.k);
+            in.v = token_in(p->v, batch, t, h, N, Np, x.v);
+            in.a = token_in(p->a, batch, t, h, N, Np, x.a);
+            in.b = token_in(p->b, batch, t, h, N, Np, x.b);
+            in.decay = dbuf[cur];
+            if (g + 1 < nh || !last) { /* the next step's decay */
+                const int64_t tn = g + 1 < nh ? t : t + 1, hn = g + 1 < nh ? h + 1 : h0;
+                decay_rows(p->decay_form, token_in(p->w, batch, tn, hn, N, Np, x.w),
+                           dbuf[cur ^ 1], nullptr, Np);
+            }
             if (want_y) {
+                float* yd = token_out_direct(p->y, batch, t, h, N, Np);
                 step_rows<NV, true>(src[g], srs[g], dst, drs, nv, Np, in.decay, in.k, in.v, in.a,
-                                    in.b, in.r, x.y, nullptr);
-                token_out(p->y, batch, t, h, N, x.y);
+                                    in.b, in.r, yd ? yd : x.y, nullptr);
+                if (!yd) token_out(p->y, batch, t, h, N, x.y);
             } else {
                 step_rows<NV, false>(src[g], srs[g], dst, drs, nv, Np, in.decay, in.k, in.v,
                                      in.a, in.b, nullptr, nullptr, nullptr);

@@ -249,6 +249,16 @@ inline void token_out(const wkv_view& v, int64_t b, int64_t t, int64_t h, int64_
                       const float* src) noexcept {
     row_out(v, view_offset(v, b, t, h), n, src);
 }
+/* Where a kernel may write a token's output row of n == Np floats itself: the row in the
+ * tensor when it is float32 and contiguous, else NULL (then it goes through buf and
+ * token_out). A kernel that leaves y in scratch in 4-float pieces and then copies it out
+ * reads them back with vector loads that no store can forward to: ~20 cycles per load
+ * (NOTES.md, step 24). */
+inline float* token_out_direct(const wkv_view& v, int64_t b, int64_t t, int64_t h, int64_t n,
+                               int64_t Np) noexcept {
+    if (v.elem != WKV_ELEM_F32 || v.stride[3] != 1 || n != Np) return nullptr;
+    return reinterpret_cast<float*>(v.data + view_offset(v, b, t, h) * 4);
+}
 /* Whether a backward streams its per-token gradients (row_out_stream): when one gradient
  * tensor is larger than 1 MiB, more than the caches keep for the caller anyway; smaller
  * calls (decode) leave them in the cache. */
