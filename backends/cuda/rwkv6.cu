@@ -69,6 +69,15 @@ constexpr int kColThreads = 128; /* column scan: threads per block */
 constexpr int kRS = 8;           /* column scan: rows per thread */
 constexpr unsigned kFull = 0xffffffffu;
 
+/* 16-byte global -> shared copy that bypasses the registers (cp.async, sm_80+); the groups
+ * complete in order, cp_async_wait_prior waits for all but the newest. */
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
 __device__ __forceinline__ int64_t tok(const DevView& v, int64_t b, int64_t t, int64_t h, int64_t n) {
     return b * v.s[0] + t * v.s[1] + h * v.s[2] + n * v.s[3];
 }
@@ -308,6 +317,7 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
     __shared__ float sO[3][K][CB];             /* dr, dk, dw */
     __shared__ float sdyv[K];
     __shared__ float su[CB];
+    __shared__ float4 sCk[2][2][kColThreads]; /* checkpoints, one segment ahead (cp.async) */
     const int H = p.H;
     const int tid = threadIdx.x;
     const int cl = tid / RG, rg = tid % RG;
@@ -411,12 +421,29 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
         for (int e = 0; e < kRS; ++e) G[e] = 0.0f;
     }
     float du_acc = 0.0f;
-    if (nseg > 0) fetch(nseg - 1, true);
+    /* the segment's checkpoint comes one segment ahead into shared memory by cp.async (no
+     * registers: the kernel is at its cap). Each thread copies and later reads only its own two
+     * float4, so its cp.async.wait_group is the only synchronisation needed. Pass A's stores
+     * are this thread's own writes to the same addresses: fenced before the copies read them. */
+    auto ck_fetch = [&](int64_t g) {
+        if (g >= 0) {
+            const float4* c = ck + (size_t)g * 256u;
+            cp_async16(&sCk[g & 1][0][tid], c + tid);
+            cp_async16(&sCk[g & 1][1][tid], c + kColThreads + tid);
+        }
+        cp_async_commit(); /* an empty group when g < 0: one group per segment either way */
+    };
+    if (!p.reuse) __threadfence_block();
+    if (nseg > 0) {
+        fetch(nseg - 1, true);
+        ck_fetch(nseg - 1);
+    }
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int m = (int)min64(K, len - g * K);
         __syncthreads(); /* the previous segment's readers are done */
         put(true);
         fetch(g > 0 ? g - 1 : 0, true);
+        ck_fetch(g - 1);
         __syncthreads();
         {
             const int w = tid >> 5, lane = tid & 31;
@@ -434,8 +461,8 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
          * copies of real tokens: finite, never used) */
         float SR[K][kRS];
         {
-            const float4* c = ck + (size_t)g * 256u;
-            const float4 a = c[tid], b = c[kColThreads + tid];
+            cp_async_wait_prior(); /* this segment's checkpoint (the newest group is g - 1's) */
+            const float4 a = sCk[g & 1][0][tid], b = sCk[g & 1][1][tid];
             float cur[kRS] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
             for (int x = 0; x < K; ++x) {
