@@ -51,6 +51,8 @@
  *         + A256(4 * num_seqs * H * N)       du partials
  * where A256 rounds up to a multiple of 256. E.g. B=8 T=4096 H=32 N=64: 2 GiB + 64 KiB.
  */
+#include <initializer_list>
+
 #include "cuda_elem.cuh"
 
 namespace wkv_cuda {
@@ -85,9 +87,77 @@ __device__ __forceinline__ int64_t st_off(const DevView& v, int64_t s, int64_t h
     return s * v.s[0] + h * v.s[1] + i * v.s[2] + j * v.s[3];
 }
 
+/* The contiguous fast path (VT != 0, chosen per launch by vec_type below): every tensor a
+ * kernel stages has the dtype VT (1 f32, 2 f16, 3 bf16; VT = wkv_elem + 1) and the vector ones
+ * also a unit stride along N, strides that are multiples of 4 and 4-element-aligned data, so 4
+ * consecutive elements are one 16-byte (f32) or 8-byte load or store. VT = 0: the generic
+ * element path (any dtype per tensor, any strides). Staging by elements cost ~30-40% of the
+ * scans' issue slots (ncu, NOTES v9): ~20 integer instructions of 64-bit index arithmetic and
+ * dtype selects per element. */
+template <int VT> struct Vec4; /* raw storage of 4 elements */
+template <> struct Vec4<1> { using raw = float4; };
+template <> struct Vec4<2> { using raw = uint2; };
+template <> struct Vec4<3> { using raw = uint2; };
+template <int VT> __host__ __device__ constexpr int elem_bytes() { return VT == 1 ? 4 : 2; }
+
+template <int VT>
+__device__ __forceinline__ typename Vec4<VT>::raw load4(const DevView& v, int64_t off) {
+    return *reinterpret_cast<const typename Vec4<VT>::raw*>(v.data + off * elem_bytes<VT>());
+}
+__device__ __forceinline__ float lo_half(unsigned x, bool bf) {
+    return bf ? __uint_as_float(x << 16) : __half2float(__ushort_as_half((unsigned short)(x & 0xffffu)));
+}
+__device__ __forceinline__ float hi_half(unsigned x, bool bf) {
+    return bf ? __uint_as_float(x & 0xffff0000u) : __half2float(__ushort_as_half((unsigned short)(x >> 16)));
+}
+template <int VT>
+__device__ __forceinline__ float4 to_float4(const typename Vec4<VT>::raw& r) {
+    if constexpr (VT == 1) {
+        return r;
+    } else {
+        constexpr bool bf = VT == 3;
+        return make_float4(lo_half(r.x, bf), hi_half(r.x, bf), lo_half(r.y, bf), hi_half(r.y, bf));
+    }
+}
+/* rounds like elem::store (round to nearest even per element) */
+template <int VT>
+__device__ __forceinline__ void store4(const DevView& v, int64_t off, float4 x) {
+    if constexpr (VT == 1) {
+        *reinterpret_cast<float4*>(v.data + off * 4) = x;
+    } else {
+        auto h = [](float f) -> unsigned {
+            return VT == 3 ? __bfloat16_as_ushort(__float2bfloat16_rn(f)) : __half_as_ushort(__float2half_rn(f));
+        };
+        *reinterpret_cast<uint2*>(v.data + off * 2) = make_uint2(h(x.x) | (h(x.y) << 16), h(x.z) | (h(x.w) << 16));
+    }
+}
+/* one element of the dtype VT (the generic elem::load / store when VT = 0) */
+template <int VT>
+__device__ __forceinline__ float load1(const DevView& v, int64_t off) {
+    if constexpr (VT == 0) {
+        return load(v, off);
+    } else if constexpr (VT == 1) {
+        return reinterpret_cast<const float*>(v.data)[off];
+    } else {
+        const unsigned x = reinterpret_cast<const unsigned short*>(v.data)[off];
+        return lo_half(x, VT == 3);
+    }
+}
+template <int VT>
+__device__ __forceinline__ void store1(const DevView& v, int64_t off, float x) {
+    if constexpr (VT == 0) {
+        store(v, off, x);
+    } else if constexpr (VT == 1) {
+        reinterpret_cast<float*>(v.data)[off] = x;
+    } else {
+        reinterpret_cast<unsigned short*>(v.data)[off] =
+            VT == 3 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+    }
+}
+
 /* The row scan (see the top). BWD walks the tokens last first; SAVE (forward only) stores the
  * column scan's checkpoints at ck (a template switch: the plain forward keeps its registers). */
-template <int N, bool BWD, bool SAVE = false>
+template <int N, bool BWD, bool SAVE, int VT>
 __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, const DevView& W,
                                          const DevView& V, const DevView& U, const DevView& out,
                                          const DevView& sin, const DevView& sout, int form, int H,
@@ -129,19 +199,48 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
     }
     if (tid < N) su[tid] = load(U, h * U.s[2] + tid * U.s[3]);
 
-    /* staging: element e of a tensor for this thread is token slot x0 + XS e, column col */
+    /* staging, generic path (VT = 0): element e of a tensor for this thread is token slot
+     * x0 + XS e, column col */
     constexpr int XS = NT / N;
     const int x0 = tid / N, col = tid % N;
-    float pa[PER], pb[PER], pw[PER], pv[PER];
+    constexpr int PE = VT == 0 ? PER : 1;
+    float pa[PE], pb[PE], pw[PE], pv[PE];
     auto token_of = [&](int64_t idx) { return BWD ? sq.t1 - 1 - idx : sq.t0 + idx; };
-    auto fetch = [&](int64_t c) {
+    /* vector path (VT != 0): vector e of this thread is idx = tid + NT e of the chunk's
+     * kTC x N / 4 per tensor, token slot idx / C4, columns 4 (idx % C4) .. + 3; at N = 128 the
+     * chunk has fewer vectors than threads and the rest load a copy they do not store */
+    constexpr int C4 = N / 4, NV = kTC * C4, VPER = NV >= NT ? NV / NT : 1;
+    static_assert(VPER * NT == NV || (VPER == 1 && NV < NT), "vector tile");
+    using Raw = typename Vec4<VT == 0 ? 1 : VT>::raw;
+    Raw qa[VT == 0 ? 1 : VPER], qb[VT == 0 ? 1 : VPER], qw[VT == 0 ? 1 : VPER], qv[VT == 0 ? 1 : VPER];
+    int vx[VPER], vc[VPER];
+    if constexpr (VT != 0) {
 #pragma unroll
-        for (int e = 0; e < PER; ++e) {
-            const int64_t t = token_of(min64(c * kTC + x0 + XS * e, len - 1)); /* clamped: no branch */
-            pa[e] = load(A, tok(A, sq.batch, t, h, col));
-            pb[e] = load(B, tok(B, sq.batch, t, h, col));
-            pw[e] = load(W, tok(W, sq.batch, t, h, col));
-            pv[e] = load(V, tok(V, sq.batch, t, h, col));
+        for (int e = 0; e < VPER; ++e) {
+            const int idx = (tid + NT * e) % NV;
+            vx[e] = idx / C4;
+            vc[e] = 4 * (idx % C4);
+        }
+    }
+    auto fetch = [&](int64_t c) {
+        if constexpr (VT == 0) {
+#pragma unroll
+            for (int e = 0; e < PER; ++e) {
+                const int64_t t = token_of(min64(c * kTC + x0 + XS * e, len - 1)); /* clamped: no branch */
+                pa[e] = load(A, tok(A, sq.batch, t, h, col));
+                pb[e] = load(B, tok(B, sq.batch, t, h, col));
+                pw[e] = load(W, tok(W, sq.batch, t, h, col));
+                pv[e] = load(V, tok(V, sq.batch, t, h, col));
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < VPER; ++e) {
+                const int64_t t = token_of(min64(c * kTC + vx[e], len - 1));
+                qa[e] = load4<VT>(A, tok(A, sq.batch, t, h, vc[e]));
+                qb[e] = load4<VT>(B, tok(B, sq.batch, t, h, vc[e]));
+                qw[e] = load4<VT>(W, tok(W, sq.batch, t, h, vc[e]));
+                qv[e] = load4<VT>(V, tok(V, sq.batch, t, h, vc[e]));
+            }
         }
     };
     /* one token: four partial row dot products, reduced over the kLanes lanes by a
@@ -213,14 +312,30 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
     for (int64_t c = 0; c < nch; ++c) {
         const int n = (int)min64(kTC, len - c * kTC);
         __syncthreads(); /* the previous chunk's readers are done */
+        if constexpr (VT == 0) {
 #pragma unroll
-        for (int e = 0; e < PER; ++e) {
-            const int x = x0 + XS * e;
-            float ddw;
-            sA[x][col] = pa[e];
-            sB[x][col] = pb[e];
-            sD[x][col] = elem::decay_of(form, pw[e], &ddw);
-            sV[x][col] = pv[e];
+            for (int e = 0; e < PER; ++e) {
+                const int x = x0 + XS * e;
+                float ddw;
+                sA[x][col] = pa[e];
+                sB[x][col] = pb[e];
+                sD[x][col] = elem::decay_of(form, pw[e], &ddw);
+                sV[x][col] = pv[e];
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < VPER; ++e) {
+                if (NV >= NT || tid < NV) {
+                    float ddw;
+                    const float4 w4 = to_float4<VT>(qw[e]);
+                    *reinterpret_cast<float4*>(&sA[vx[e]][vc[e]]) = to_float4<VT>(qa[e]);
+                    *reinterpret_cast<float4*>(&sB[vx[e]][vc[e]]) = to_float4<VT>(qb[e]);
+                    *reinterpret_cast<float4*>(&sV[vx[e]][vc[e]]) = to_float4<VT>(qv[e]);
+                    *reinterpret_cast<float4*>(&sD[vx[e]][vc[e]]) =
+                        make_float4(elem::decay_of(form, w4.x, &ddw), elem::decay_of(form, w4.y, &ddw),
+                                    elem::decay_of(form, w4.z, &ddw), elem::decay_of(form, w4.w, &ddw));
+                }
+            }
         }
         fetch(c + 1 < nch ? c + 1 : c); /* the next chunk's loads fly during this one */
         __syncthreads();
@@ -253,10 +368,20 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
         }
         __syncthreads();
         if (out.data) {
+            if constexpr (VT == 0) {
 #pragma unroll
-            for (int e = 0; e < PER; ++e) {
-                const int x = x0 + XS * e;
-                if (x < n) store(out, tok(out, sq.batch, token_of(c * kTC + x), h, col), sY[x][col]);
+                for (int e = 0; e < PER; ++e) {
+                    const int x = x0 + XS * e;
+                    if (x < n) store(out, tok(out, sq.batch, token_of(c * kTC + x), h, col), sY[x][col]);
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < VPER; ++e) {
+                    const int x = vx[e];
+                    if (x < n && (NV >= NT || tid < NV))
+                        store4<VT>(out, tok(out, sq.batch, token_of(c * kTC + x), h, vc[e]),
+                                   *reinterpret_cast<const float4*>(&sY[x][vc[e]]));
+                }
             }
         }
     }
@@ -277,7 +402,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
  * extra registers (158 / 210 unbounded) would halve them (N = 64: 1.82 -> 2.84 ms). */
 __host__ __device__ constexpr int row_min_blocks(int N) { return N == 32 ? 6 : (N == 64 ? 2 : 1); }
 
-template <int N, bool SAVE>
+template <int N, bool SAVE, int VT>
 __global__ void __launch_bounds__(row_threads(N), SAVE ? row_min_blocks(N) : 1)
     rwkv6_forward_kernel(const Rwkv6FwdParams p) {
     constexpr int K = kRwkv6SegK;
@@ -290,18 +415,18 @@ __global__ void __launch_bounds__(row_threads(N), SAVE ? row_min_blocks(N) : 1)
         const int64_t seg0 = p.seq.packed ? p.seg0[local] : sq.s * ((p.T + K - 1) / K);
         ck = p.ckpt + ((size_t)seg0 * (size_t)p.H + (size_t)h * (size_t)nseg) * (size_t)N * N;
     }
-    row_scan<N, false, SAVE>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq,
+    row_scan<N, false, SAVE, VT>(p.r, p.k, p.w, p.v, p.u, p.y, p.state_in, p.state_out, p.form, p.H, p.T, p.seq,
                              ck, nseg);
 }
 
-template <int N>
+template <int N, int VT>
 __global__ void __launch_bounds__(row_threads(N), 1) rwkv6_bwd_rows_kernel(const Rwkv6BwdParams p) {
-    row_scan<N, true>(p.k, p.r, p.w, p.dy, p.u, p.dv, p.dstate_out, p.dstate_in, p.form, p.H, p.T, p.seq,
+    row_scan<N, true, false, VT>(p.k, p.r, p.w, p.dy, p.u, p.dv, p.dstate_out, p.dstate_in, p.form, p.H, p.T, p.seq,
                       nullptr, 0);
 }
 
 /* The column scan (see the top). */
-template <int N>
+template <int N, int VT>
 __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rwkv6BwdParams p) {
     constexpr int K = kRwkv6SegK;
     constexpr int RG = N / kRS;             /* threads per column */
@@ -338,29 +463,73 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
     /* staging (element e: v / dy slot xv + (128 / N) e, row rv; r / k / w slot xc + XC e,
      * column cc; slots past K (N = 128) are loaded clamped and dropped) */
     const int xv = tid / N, rv = tid % N, xc = tid / CB, cc = tid % CB;
-    float fv[PV], fdy[PV], fr[PC], fk[PC], fw[PC];
+    constexpr int PVE = VT == 0 ? PV : 1;
+    float fv[PVE], fdy[PVE], fr[PC], fk[PC], fw[PC];
+    /* vector path (VT != 0, see Vec4): v and dy by vectors of 4 rows (vector e of this thread:
+     * idx = tid + 128 e of the segment's K x N / 4, token slot idx / C4, rows 4 (idx % C4) ..
+     * + 3; at N = 32 the rest load a copy they do not store), r / k / w by typed element loads
+     * (offsets recomputed per load: kept in registers they spilled at the 128 cap) */
+    constexpr int C4 = N / 4, NV = K * C4, VPER = NV >= kColThreads ? NV / kColThreads : 1;
+    using Raw = typename Vec4<VT == 0 ? 1 : VT>::raw;
+    Raw qv[VT == 0 ? 1 : VPER], qdy[VT == 0 ? 1 : VPER];
+    int vx[VPER], vr[VPER];
+    if constexpr (VT != 0) {
+#pragma unroll
+        for (int e = 0; e < VPER; ++e) {
+            const int idx = (tid + kColThreads * e) % NV;
+            vx[e] = idx / C4;
+            vr[e] = 4 * (idx % C4);
+        }
+    }
     auto fetch = [&](int64_t g, bool bw) {
         const int64_t tb = sq.t0 + g * K;
+        if constexpr (VT == 0) {
 #pragma unroll
-        for (int e = 0; e < PV; ++e) {
-            const int64_t t = tb + min64(xv + (kColThreads / N) * e, len - 1 - g * K);
-            fv[e] = load(p.v, tok(p.v, sq.batch, t, h, rv));
-            if (bw) fdy[e] = load(p.dy, tok(p.dy, sq.batch, t, h, rv));
-        }
+            for (int e = 0; e < PV; ++e) {
+                const int64_t t = tb + min64(xv + (kColThreads / N) * e, len - 1 - g * K);
+                fv[e] = load(p.v, tok(p.v, sq.batch, t, h, rv));
+                if (bw) fdy[e] = load(p.dy, tok(p.dy, sq.batch, t, h, rv));
+            }
 #pragma unroll
-        for (int e = 0; e < PC; ++e) {
-            const int64_t t = tb + min64(xc + XC * e, len - 1 - g * K);
-            const int64_t jj = cb * CB + cc;
-            if (bw) fr[e] = load(p.r, tok(p.r, sq.batch, t, h, jj));
-            fk[e] = load(p.k, tok(p.k, sq.batch, t, h, jj));
-            fw[e] = load(p.w, tok(p.w, sq.batch, t, h, jj));
+            for (int e = 0; e < PC; ++e) {
+                const int64_t t = tb + min64(xc + XC * e, len - 1 - g * K);
+                const int64_t jj = cb * CB + cc;
+                if (bw) fr[e] = load(p.r, tok(p.r, sq.batch, t, h, jj));
+                fk[e] = load(p.k, tok(p.k, sq.batch, t, h, jj));
+                fw[e] = load(p.w, tok(p.w, sq.batch, t, h, jj));
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < VPER; ++e) {
+                const int64_t t = tb + min64(vx[e], len - 1 - g * K);
+                qv[e] = load4<VT>(p.v, tok(p.v, sq.batch, t, h, vr[e]));
+                if (bw) qdy[e] = load4<VT>(p.dy, tok(p.dy, sq.batch, t, h, vr[e]));
+            }
+#pragma unroll
+            for (int e = 0; e < PC; ++e) {
+                const int64_t t = tb + min64(xc + XC * e, len - 1 - g * K);
+                const int64_t jj = cb * CB + cc;
+                if (bw) fr[e] = load1<VT>(p.r, tok(p.r, sq.batch, t, h, jj));
+                fk[e] = load1<VT>(p.k, tok(p.k, sq.batch, t, h, jj));
+                fw[e] = load1<VT>(p.w, tok(p.w, sq.batch, t, h, jj));
+            }
         }
     };
     auto put = [&](bool bw) {
+        if constexpr (VT == 0) {
 #pragma unroll
-        for (int e = 0; e < PV; ++e) {
-            sV[xv + (kColThreads / N) * e][rv] = fv[e];
-            if (bw) sDY[xv + (kColThreads / N) * e][rv] = fdy[e];
+            for (int e = 0; e < PV; ++e) {
+                sV[xv + (kColThreads / N) * e][rv] = fv[e];
+                if (bw) sDY[xv + (kColThreads / N) * e][rv] = fdy[e];
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < VPER; ++e) {
+                if (NV >= kColThreads || tid < NV) {
+                    *reinterpret_cast<float4*>(&sV[vx[e]][vr[e]]) = to_float4<VT>(qv[e]);
+                    if (bw) *reinterpret_cast<float4*>(&sDY[vx[e]][vr[e]]) = to_float4<VT>(qdy[e]);
+                }
+            }
         }
 #pragma unroll
         for (int e = 0; e < PC; ++e) {
@@ -525,7 +694,11 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
 #pragma unroll
             for (int e = 0; e < PC; ++e) {
                 const int x = xc + XC * e;
-                if (x < m) store(ov, tok(ov, sq.batch, sq.t0 + g * K + x, h, cb * CB + cc), sO[o][x][cc]);
+                if constexpr (VT == 0) {
+                    if (x < m) store(ov, tok(ov, sq.batch, sq.t0 + g * K + x, h, cb * CB + cc), sO[o][x][cc]);
+                } else {
+                    if (x < m) store1<VT>(ov, tok(ov, sq.batch, sq.t0 + g * K + x, h, cb * CB + cc), sO[o][x][cc]);
+                }
             }
         }
     }
@@ -541,20 +714,68 @@ __global__ void rwkv6_reduce_kernel(const float* part, DevView du, int64_t S, in
     store(du, h * du.s[2] + j * du.s[3], a);
 }
 
+/* The vector path's conditions (see Vec4) for one view: 4 consecutive elements along N are
+ * contiguous, and every vector's first element is 4-element-aligned: unit N stride, the other
+ * strides multiples of 4 where their index can be nonzero, aligned data. */
+bool vec_view(const DevView& v, const SeqInfo& q, int64_t T, int32_t H) {
+    if (!v.data) return true; /* absent (an output not asked for) */
+    const int64_t es = v.elem == 0 ? 4 : 2;
+    const bool batch_varies = !q.packed && (q.first != 0 || q.count > 1);
+    return v.s[3] == 1 && (!batch_varies || v.s[0] % 4 == 0) && (T <= 1 || v.s[1] % 4 == 0) &&
+           (H <= 1 || v.s[2] % 4 == 0) && reinterpret_cast<uintptr_t>(v.data) % (uintptr_t)(4 * es) == 0;
+}
+/* VT for a launch: wkv_elem + 1 when every view in `all` (present ones) has that dtype and
+ * every view in `vec` passes vec_view; 0 (the generic path) otherwise. */
+int vec_type(std::initializer_list<const DevView*> all, std::initializer_list<const DevView*> vec,
+             const SeqInfo& q, int64_t T, int32_t H) {
+    int elem = -1;
+    for (const DevView* v : all) {
+        if (!v->data) continue;
+        if (elem >= 0 && v->elem != elem) return 0;
+        elem = v->elem;
+    }
+    if (elem < 0 || elem > 2) return 0;
+    for (const DevView* v : vec)
+        if (!vec_view(*v, q, T, H)) return 0;
+    return elem + 1;
+}
+
+template <int N, int VT>
+int launch_fwd_vt(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
+    if (p.ckpt) rwkv6_forward_kernel<N, true, VT><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
+    else rwkv6_forward_kernel<N, false, VT><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
+    return (int)cudaGetLastError();
+}
 template <int N>
 int launch_fwd(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
-    if (p.ckpt) rwkv6_forward_kernel<N, true><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
-    else rwkv6_forward_kernel<N, false><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
+    switch (vec_type({&p.r, &p.k, &p.w, &p.v, &p.y}, {&p.r, &p.k, &p.w, &p.v, &p.y}, p.seq, p.T, p.H)) {
+    case 1: return launch_fwd_vt<N, 1>(p, blocks, s);
+    case 2: return launch_fwd_vt<N, 2>(p, blocks, s);
+    case 3: return launch_fwd_vt<N, 3>(p, blocks, s);
+    default: return launch_fwd_vt<N, 0>(p, blocks, s);
+    }
+}
+template <int N, int VT>
+int launch_bwd_vt(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
+    /* columns first: the row scan overwrites dstate_in, which may alias dstate_out. At N = 32
+     * the column scan's vector path spilled at its 128-register cap: the generic one there. */
+    rwkv6_bwd_cols_kernel<N, N == 32 ? 0 : VT><<<(unsigned)(blocks * (N * N / 1024)), kColThreads, 0, s>>>(p);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+    rwkv6_bwd_rows_kernel<N, VT><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
     return (int)cudaGetLastError();
 }
 template <int N>
 int launch_bwd(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
-    /* columns first: the row scan overwrites dstate_in, which may alias dstate_out */
-    rwkv6_bwd_cols_kernel<N><<<(unsigned)(blocks * (N * N / 1024)), kColThreads, 0, s>>>(p);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return (int)e;
-    rwkv6_bwd_rows_kernel<N><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
-    return (int)cudaGetLastError();
+    /* one VT for both scans: the column scan stages v and dy by vectors and the rest by typed
+     * elements, the row scan k, r, w, dy and dv by vectors */
+    switch (vec_type({&p.r, &p.k, &p.w, &p.v, &p.dy, &p.dr, &p.dk, &p.dw, &p.dv},
+                     {&p.r, &p.k, &p.w, &p.v, &p.dy, &p.dv}, p.seq, p.T, p.H)) {
+    case 1: return launch_bwd_vt<N, 1>(p, blocks, s);
+    case 2: return launch_bwd_vt<N, 2>(p, blocks, s);
+    case 3: return launch_bwd_vt<N, 3>(p, blocks, s);
+    default: return launch_bwd_vt<N, 0>(p, blocks, s);
+    }
 }
 
 } // namespace
