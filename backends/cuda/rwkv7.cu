@@ -84,21 +84,12 @@ struct Tile {
     static_assert(C % 4 == 0 && C >= 4 && (R == 1 || R == 2 || R == 4) && 32 % L == 0 && NT % N == 0, "tile");
 };
 
-/* The backward's tile: R rows x L = 8 lanes per thread, (N / R) 8 threads. */
-template <int N, int R> using BwdTile = Tile<N, R, 8>;
-/* Block size and blocks per SM as plain constants (launch bounds cannot name the tile). A block
- * of 256 threads asks for two per SM (<= 128 registers), as the 128-thread ones get anyway. */
-__host__ __device__ constexpr int bwd_threads(int N, int R) { return N / R * 8; }
-__host__ __device__ constexpr int bwd_min_blocks(int N, int R) { return bwd_threads(N, R) == 256 ? 2 : 1; }
-/* Rows per thread: N = 32 and 128: 2; N = 64: 4 (128 threads) or 2 (256 threads), chosen by
- * WKV_CUDA_RWKV7_BWD_ROWS (experiment). */
-int bwd_rows(int N) {
-    static const int r64 = [] {
-        const char* e = std::getenv("WKV_CUDA_RWKV7_BWD_ROWS");
-        return e && std::atoi(e) == 2 ? 2 : 4;
-    }();
-    return N == 64 ? r64 : 2;
-}
+template <int N> struct BwdTile;
+/* Block sizes as plain constants (launch bounds cannot name the specialisations above). */
+__host__ __device__ constexpr int bwd_threads(int N) { return N == 128 ? 512 : 128; }
+template <> struct BwdTile<32> { using T = Tile<32, 2, 8>; };
+template <> struct BwdTile<64> { using T = Tile<64, 4, 8>; };
+template <> struct BwdTile<128> { using T = Tile<128, 2, 8>; };
 
 /* ------------------------------------------------------------------------- element access */
 
@@ -814,9 +805,9 @@ enum { T_R = 0, T_D, T_DDW, T_K, T_V, T_A, T_B, T_DY };
 /* Float4 slot of column c in a state quad (see BwdLayout). */
 __device__ __forceinline__ int swz(int c) { return c ^ ((c >> 2) & 7); }
 
-template <int N, int R>
+template <int N>
 size_t bwd_smem_floats(int K1, int K2) {
-    using Lay = BwdLayout<BwdTile<N, R>>;
+    using Lay = BwdLayout<typename BwdTile<N>::T>;
     return (size_t)K1 * Lay::TOK + (size_t)K2 * Lay::SF + (size_t)K2 * N + 2u * N + (size_t)K2 * 2 * Lay::NW +
            (size_t)K2 * Lay::NOUT * N;
 }
@@ -828,12 +819,12 @@ constexpr int kMaxK1 = 8; /* pass A prefetches a whole segment into registers */
 template <int N>
 constexpr bool kRowPassA = N != 128;
 
-template <int N, int RB>
-__global__ void __launch_bounds__(bwd_threads(N, RB), bwd_min_blocks(N, RB))
+template <int N>
+__global__ void __launch_bounds__(bwd_threads(N), 1)
     rwkv7_backward_kernel(const __grid_constant__ Rwkv7BwdParams p) {
-    using T = BwdTile<N, RB>;
+    using T = typename BwdTile<N>::T;
     using Lay = BwdLayout<T>;
-    static_assert(T::NT == bwd_threads(N, RB), "block size");
+    static_assert(T::NT == bwd_threads(N), "block size");
     constexpr int R = T::R, L = T::L, C = T::C, G = T::G, TPJ = T::TPJ;
     constexpr int TOK = Lay::TOK, CC = Lay::CC, LC = Lay::LC, NQ = Lay::NQ, QS = Lay::QS, SF = Lay::SF;
     constexpr int NW = Lay::NW;
@@ -1248,9 +1239,9 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
     return (int)cudaGetLastError();
 }
 
-template <int N, int R>
+template <int N>
 int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_t stream) {
-    rwkv7_backward_kernel<N, R><<<(unsigned)blocks, BwdTile<N, R>::NT, smem, stream>>>(p);
+    rwkv7_backward_kernel<N><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p);
     return (int)cudaGetLastError();
 }
 
@@ -1258,9 +1249,9 @@ int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_
 
 size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2) {
     switch (N) {
-    case 32: return 4 * bwd_smem_floats<32, 2>(K1, K2);
-    case 64: return 4 * (bwd_rows(64) == 2 ? bwd_smem_floats<64, 2>(K1, K2) : bwd_smem_floats<64, 4>(K1, K2));
-    case 128: return 4 * bwd_smem_floats<128, 2>(K1, K2);
+    case 32: return 4 * bwd_smem_floats<32>(K1, K2);
+    case 64: return 4 * bwd_smem_floats<64>(K1, K2);
+    case 128: return 4 * bwd_smem_floats<128>(K1, K2);
     default: return 0;
     }
 }
@@ -1288,9 +1279,9 @@ int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, int sms
 int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t smem, void* stream) {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (N) {
-    case 32: return launch_bwd<32, 2>(p, blocks, smem, s);
-    case 64: return bwd_rows(64) == 2 ? launch_bwd<64, 2>(p, blocks, smem, s) : launch_bwd<64, 4>(p, blocks, smem, s);
-    case 128: return launch_bwd<128, 2>(p, blocks, smem, s);
+    case 32: return launch_bwd<32>(p, blocks, smem, s);
+    case 64: return launch_bwd<64>(p, blocks, smem, s);
+    case 128: return launch_bwd<128>(p, blocks, smem, s);
     default: return (int)cudaErrorInvalidValue;
     }
 }
@@ -1298,12 +1289,9 @@ int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t
 int rwkv7_prepare_backward(int N, size_t smem) {
     const int bytes = (int)smem;
     switch (N) {
-    case 32: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<32, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    case 64:
-        return bwd_rows(64) == 2
-                   ? (int)cudaFuncSetAttribute(rwkv7_backward_kernel<64, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)
-                   : (int)cudaFuncSetAttribute(rwkv7_backward_kernel<64, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    case 128: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<128, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 32: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 64: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 128: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     default: return (int)cudaErrorInvalidValue;
     }
 }
