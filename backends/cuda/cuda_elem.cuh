@@ -1,5 +1,6 @@
 /* Device helpers shared by rwkv6.cu and rwkv4.cu: element loads/stores of any dtype, the decay
- * forms, sequence bounds of a block. (rwkv7.cu keeps its own tuned copies.) */
+ * forms, sequence bounds of a block (rwkv7.cu keeps its own tuned copies); asynchronous copies
+ * (rwkv7.cu, rwkv7_chunk.cu). */
 #ifndef WKV_BACKENDS_CUDA_ELEM_CUH
 #define WKV_BACKENDS_CUDA_ELEM_CUH
 
@@ -93,6 +94,15 @@ __device__ __forceinline__ Seq seq_of(const SeqInfo& q, int64_t local, int64_t T
     }
     return p;
 }
+
+/* 16-byte asynchronous global -> shared copy (sm_80+; both addresses 16-byte aligned), the
+ * group commit, and the wait for all of a thread's committed copies. */
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 } // namespace elem
 } // namespace wkv_cuda

@@ -66,6 +66,7 @@
 
 #include <cstdlib>
 
+#include "cuda_elem.cuh"
 #include "cuda_internal.h"
 
 namespace wkv_cuda {
@@ -805,39 +806,25 @@ enum { T_R = 0, T_D, T_DDW, T_K, T_V, T_A, T_B, T_DY };
 /* Float4 slot of column c in a state quad (see BwdLayout). */
 __device__ __forceinline__ int swz(int c) { return c ^ ((c >> 2) & 7); }
 
+/* The segment's checkpoint is copied into shared memory ahead (V & 8) where that still lets two
+ * blocks share an SM at K1 = 8 (N = 32, 64); N = 128 reads it from global memory. */
+template <int N>
+constexpr bool kCkptSmem = N != 128;
+
 template <int N>
 size_t bwd_smem_floats(int K1, int K2) {
     using Lay = BwdLayout<typename BwdTile<N>::T>;
     return (size_t)K1 * Lay::TOK + (size_t)K2 * Lay::SF + (size_t)K2 * N + 2u * N + (size_t)K2 * 2 * Lay::NW +
-           (size_t)K2 * Lay::NOUT * N + (size_t)K1 * N;
+           (size_t)K2 * Lay::NOUT * N + (size_t)K1 * N + (kCkptSmem<N> ? (size_t)N * N : 0);
 }
 
-/* Experiment switch (NOTES v17): bits of the backward variant, WKV_CUDA_RWKV7_BWD_V. */
+/* Experiment switch (NOTES v18): bits of the backward variant, WKV_CUDA_RWKV7_BWD_V. */
 int bwd_variant() {
     static const int v = [] {
         const char* e = std::getenv("WKV_CUDA_RWKV7_BWD_V");
-        return e ? std::atoi(e) & 7 : 0;
+        return e ? std::atoi(e) : 0;
     }();
     return v;
-}
-
-/* rows x floats of shared memory at src (stride N between tokens x0, x0 + step..) of one column
- * to a per-token view at element offset `off` (token x at off + x s[1]); dtype branch once. */
-template <int N, int STEP>
-__device__ __forceinline__ void store_col(const DevView& v, int64_t off, const float* src, int x0, int mu) {
-    switch (v.elem) {
-    case 0:
-        for (int x = x0; x < mu; x += STEP) reinterpret_cast<float*>(v.data)[off + x * v.s[1]] = src[(size_t)x * 6 * N];
-        break;
-    case 1:
-        for (int x = x0; x < mu; x += STEP)
-            reinterpret_cast<__half*>(v.data)[off + x * v.s[1]] = __float2half_rn(src[(size_t)x * 6 * N]);
-        break;
-    default:
-        for (int x = x0; x < mu; x += STEP)
-            reinterpret_cast<__nv_bfloat16*>(v.data)[off + x * v.s[1]] = __float2bfloat16_rn(src[(size_t)x * 6 * N]);
-        break;
-    }
 }
 
 constexpr int kMaxK1 = 8; /* pass A prefetches a whole segment into registers */
@@ -866,6 +853,8 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     float* s_sy = s_dsa + 2 * N;
     float* s_out = s_sy + (size_t)K2 * 2 * NW;
     float* s_sap = s_out + (size_t)K2 * Lay::NOUT * N; /* K1 x N: sa of the segment's tokens (V & 4) */
+    float* s_ck = s_sap + (size_t)K1 * N;              /* N x N: the segment's checkpoint (V & 8) */
+    constexpr bool CK_SMEM = (V & 8) != 0 && kCkptSmem<N>;
     enum { O_DR = 0, O_DW, O_DK, O_DV, O_DA, O_DB };
     auto outv = [&](int x, int which) -> float* { return s_out + ((size_t)x * Lay::NOUT + which) * N; };
 
@@ -935,6 +924,13 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 x[3] = fmaf(x[3], dv.w, fmaf(sa[rr], bv.w, vr[rr] * kv.w));
             }
         }
+    };
+    /* (V & 8) segment gg's checkpoint into s_ck by asynchronous copies (waited for before the
+     * barrier that ends the segment's staging) */
+    auto fetch_ckpt = [&](int64_t gg) {
+        const float* src = ckpt + (size_t)gg * (N * N);
+        for (int i = tid; i < N * N / 4; i += T::NT) elem::cp_async16(s_ck + 4 * i, src + 4 * i);
+        elem::cp_async_commit();
     };
 
     /* ---------------- A: checkpoints (a forward pass, a segment prefetched ahead), skipped
@@ -1039,6 +1035,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         const int64_t ts = t0 + g * K1;
         const int m = (int)min64(K1, t1 - ts);
         __syncthreads();
+        if (CK_SMEM && g == nseg - 1) fetch_ckpt(g); /* later segments': during the one before */
         {
             /* staging: per group of tokens, all loads first (no branch), then guarded stores */
             constexpr int PB = kMaxK1 / TPJ, SG = PB < 4 ? PB : 4;
@@ -1074,13 +1071,85 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 }
             }
         }
+        if constexpr (CK_SMEM) elem::cp_async_wait_all();
         __syncthreads();
-        const float* ckg = ckpt + (size_t)g * (N * N);
+        const float* ckg = CK_SMEM ? s_ck : ckpt + (size_t)g * (N * N);
         const int nsub = (m + K2 - 1) / K2;
         for (int sb = nsub - 1; sb >= 0; --sb) {
             const int u0 = sb * K2, mu = min(K2, m - u0);
-            /* The walk's two halves for window token x (token u0 + x), see B above. */
-            auto row_form = [&](int x) {
+            /* replay: checkpoint -> state before u0 (registers), then the window into smem.
+             * (V & 4) The segment's first window (sb = nsub - 1) replays every earlier token
+             * and keeps their sa in s_sap; later windows replay with those sa (the update
+             * alone: same bits, no dot products, no shuffles). */
+            const bool known = (V & 4) && sb < nsub - 1;
+            {
+                float S[R][C];
+                load_ckpt(ckg, S);
+                if (known) {
+                    for (int u = 0; u < u0; ++u) {
+                        float sa[R];
+                        lds_r<R>(s_sap + (size_t)u * N + rg * R, sa);
+                        step_known(S, u, sa);
+                    }
+                } else {
+                    for (int u = 0; u < u0; ++u) {
+                        float sa[R];
+                        step(S, u, sa);
+                        if constexpr ((V & 4) != 0) sts_r<R>(s_sap + (size_t)u * N + rg * R, sa); /* every lane: same value */
+                    }
+                }
+                for (int x = 0; x < mu; ++x) {
+                    /* the state in row quads: this thread's R rows of column c are one float4
+                     * (R = 4: a whole quad) or half of one (R = 2) */
+                    /* column c = 4 (gg L + q) + e: swz(c) = 32 gg + (kq ^ e), kq = 4 q ^ q (L = 8) */
+                    float* st = s_states + (size_t)x * SF + st_off;
+#pragma unroll
+                    for (int gg = 0; gg < G; ++gg)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            float* dst = st + 128 * gg + (k4 ^ (4 * e));
+                            if constexpr (R == 4)
+                                *reinterpret_cast<float4*>(dst) =
+                                    make_float4(S[0][4 * gg + e], S[1][4 * gg + e], S[2][4 * gg + e], S[3][4 * gg + e]);
+                            else
+                                *reinterpret_cast<float2*>(dst) = make_float2(S[0][4 * gg + e], S[1][4 * gg + e]);
+                        }
+                    float sa[R];
+                    if (known) {
+                        lds_r<R>(s_sap + (size_t)(u0 + x) * N + rg * R, sa);
+                        step_known(S, u0 + x, sa);
+                    } else {
+                        step(S, u0 + x, sa);
+                    }
+                    /* sa . dy and v . dy over the warp's rows (the column form's dr needs the
+                     * sums over all rows: it adds the NW warps' partials) */
+                    float dyr[R], vr[R];
+                    lds_r<R>(tokv(u0 + x, T_DY) + rg * R, dyr);
+                    lds_r<R>(tokv(u0 + x, T_V) + rg * R, vr);
+                    float psy = 0.0f, pvy = 0.0f;
+#pragma unroll
+                    for (int rr = 0; rr < R; ++rr) {
+                        psy = fmaf(sa[rr], dyr[rr], psy);
+                        pvy = fmaf(vr[rr], dyr[rr], pvy);
+                    }
+#pragma unroll
+                    for (int o = L; o < 32; o <<= 1) {
+                        psy += __shfl_xor_sync(0xffffffffu, psy, o);
+                        pvy += __shfl_xor_sync(0xffffffffu, pvy, o);
+                    }
+                    if (q == 0) sts_r<R>(s_sa + (size_t)x * N + rg * R, sa);
+                    if ((tid & 31) == 0) {
+                        s_sy[(size_t)(2 * x) * NW + tid / 32] = psy;
+                        s_sy[(size_t)(2 * x + 1) * NW + tid / 32] = pvy;
+                    }
+                }
+            }
+            __syncthreads();
+            /* every thread has read s_ck for the last time in this segment: the previous
+             * segment's checkpoint comes in during this window's walk */
+            if (CK_SMEM && sb == 0 && g > 0) fetch_ckpt(g - 1);
+
+            for (int x = mu - 1; x >= 0; --x) {
                 const int u = u0 + x;
                 /* row form: g = dS + dy r^T; dv = g k; dsa = g b; dS = g decay + dsa a */
                 {
@@ -1135,9 +1204,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                         sts_r<R>(outv(x, O_DV) + rg * R, dv);
                     }
                 }
-            };
-            auto col_form = [&](int x) {
-                const int u = u0 + x;
+                __syncthreads();
                 /* column form for columns cg CC.. over the quads cq + LC m: g = dS + dy r^T;
                  * dk = g^T v; db = g^T sa; dd = colsum(g o S_{t-1}); da = S_{t-1}^T dsa;
                  * dp = S_{t-1}^T dy; dS = g decay + dsa a */
@@ -1211,121 +1278,18 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                         }
                     }
                 }
-            };
-            /* replay: checkpoint -> state before u0 (registers), then the window into smem.
-             * (V & 4) The segment's first window (sb = nsub - 1) replays every earlier token
-             * and keeps their sa in s_sap; later windows replay with those sa (the update
-             * alone: same bits, no dot products, no shuffles). */
-            const bool known = (V & 4) && sb < nsub - 1;
-            {
-                float S[R][C];
-                load_ckpt(ckg, S);
-                if (known) {
-                    for (int u = 0; u < u0; ++u) {
-                        float sa[R];
-                        lds_r<R>(s_sap + (size_t)u * N + rg * R, sa);
-                        step_known(S, u, sa);
-                    }
-                } else {
-                    for (int u = 0; u < u0; ++u) {
-                        float sa[R];
-                        step(S, u, sa);
-                        if constexpr ((V & 4) != 0) sts_r<R>(s_sap + (size_t)u * N + rg * R, sa); /* every lane: same value */
-                    }
-                }
-                for (int x = 0; x < mu; ++x) {
-                    /* the state in row quads: this thread's R rows of column c are one float4
-                     * (R = 4: a whole quad) or half of one (R = 2) */
-                    /* column c = 4 (gg L + q) + e: swz(c) = 32 gg + (kq ^ e), kq = 4 q ^ q (L = 8) */
-                    float* st = s_states + (size_t)x * SF + st_off;
-#pragma unroll
-                    for (int gg = 0; gg < G; ++gg)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            float* dst = st + 128 * gg + (k4 ^ (4 * e));
-                            if constexpr (R == 4)
-                                *reinterpret_cast<float4*>(dst) =
-                                    make_float4(S[0][4 * gg + e], S[1][4 * gg + e], S[2][4 * gg + e], S[3][4 * gg + e]);
-                            else
-                                *reinterpret_cast<float2*>(dst) = make_float2(S[0][4 * gg + e], S[1][4 * gg + e]);
-                        }
-                    float sa[R];
-                    if (known) {
-                        lds_r<R>(s_sap + (size_t)(u0 + x) * N + rg * R, sa);
-                        step_known(S, u0 + x, sa);
-                    } else {
-                        step(S, u0 + x, sa);
-                    }
-                    /* sa . dy and v . dy over the warp's rows (the column form's dr needs the
-                     * sums over all rows: it adds the NW warps' partials) */
-                    float dyr[R], vr[R];
-                    lds_r<R>(tokv(u0 + x, T_DY) + rg * R, dyr);
-                    lds_r<R>(tokv(u0 + x, T_V) + rg * R, vr);
-                    float psy = 0.0f, pvy = 0.0f;
-#pragma unroll
-                    for (int rr = 0; rr < R; ++rr) {
-                        psy = fmaf(sa[rr], dyr[rr], psy);
-                        pvy = fmaf(vr[rr], dyr[rr], pvy);
-                    }
-#pragma unroll
-                    for (int o = L; o < 32; o <<= 1) {
-                        psy += __shfl_xor_sync(0xffffffffu, psy, o);
-                        pvy += __shfl_xor_sync(0xffffffffu, pvy, o);
-                    }
-                    if (q == 0) sts_r<R>(s_sa + (size_t)x * N + rg * R, sa);
-                    if ((tid & 31) == 0) {
-                        s_sy[(size_t)(2 * x) * NW + tid / 32] = psy;
-                        s_sy[(size_t)(2 * x + 1) * NW + tid / 32] = pvy;
-                    }
-                }
-            }
-            __syncthreads();
-
-            /* (V & 1) the row form of token x - 1 and the column form of token x are
-             * independent (each keeps its own dS; d sa is double-buffered): one basic block
-             * holds both, so each warp has two chains to interleave; one barrier per token as
-             * before. Otherwise row form x, barrier, column form x. */
-            if constexpr ((V & 1) != 0) {
-                row_form(mu - 1);
-                for (int x = mu - 1; x > 0; --x) {
-                    __syncthreads();
-                    col_form(x);
-                    row_form(x - 1);
-                }
-                __syncthreads();
-                col_form(0);
-            } else {
-                for (int x = mu - 1; x >= 0; --x) {
-                    row_form(x);
-                    __syncthreads();
-                    col_form(x);
-                }
             }
             __syncthreads();
             /* the window's gradients, by the whole block: thread -> (token, column) */
-            if constexpr ((V & 2) != 0) {
-                /* a thread's column is fixed (NT a multiple of N): offsets once per window,
-                 * the dtype branch once per tensor */
-                const int j = tid % N, x0 = tid / N;
-                const int64_t t = ts + u0;
-                constexpr int XS = T::NT / N;
-                store_col<N, XS>(p.dr, goff(p.dr, t, j), outv(0, O_DR) + j, x0, mu);
-                store_col<N, XS>(p.dw, goff(p.dw, t, j), outv(0, O_DW) + j, x0, mu);
-                store_col<N, XS>(p.dk, goff(p.dk, t, j), outv(0, O_DK) + j, x0, mu);
-                store_col<N, XS>(p.dv, goff(p.dv, t, j), outv(0, O_DV) + j, x0, mu);
-                store_col<N, XS>(p.da, goff(p.da, t, j), outv(0, O_DA) + j, x0, mu);
-                store_col<N, XS>(p.db, goff(p.db, t, j), outv(0, O_DB) + j, x0, mu);
-            } else {
-                for (int e = tid; e < mu * N; e += T::NT) {
-                    const int xx = e / N, j = e % N;
-                    const int64_t t = ts + u0 + xx;
-                    store_elem(p.dr, goff(p.dr, t, j), outv(xx, O_DR)[j]);
-                    store_elem(p.dw, goff(p.dw, t, j), outv(xx, O_DW)[j]);
-                    store_elem(p.dk, goff(p.dk, t, j), outv(xx, O_DK)[j]);
-                    store_elem(p.dv, goff(p.dv, t, j), outv(xx, O_DV)[j]);
-                    store_elem(p.da, goff(p.da, t, j), outv(xx, O_DA)[j]);
-                    store_elem(p.db, goff(p.db, t, j), outv(xx, O_DB)[j]);
-                }
+            for (int e = tid; e < mu * N; e += T::NT) {
+                const int xx = e / N, j = e % N;
+                const int64_t t = ts + u0 + xx;
+                store_elem(p.dr, goff(p.dr, t, j), outv(xx, O_DR)[j]);
+                store_elem(p.dw, goff(p.dw, t, j), outv(xx, O_DW)[j]);
+                store_elem(p.dk, goff(p.dk, t, j), outv(xx, O_DK)[j]);
+                store_elem(p.dv, goff(p.dv, t, j), outv(xx, O_DV)[j]);
+                store_elem(p.da, goff(p.da, t, j), outv(xx, O_DA)[j]);
+                store_elem(p.db, goff(p.db, t, j), outv(xx, O_DB)[j]);
             }
         }
     }
@@ -1352,10 +1316,9 @@ int launch_bwd_v(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStrea
 template <int N>
 int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_t stream) {
     switch (bwd_variant()) {
-    case 1: return launch_bwd_v<N, 1>(p, blocks, smem, stream);
     case 4: return launch_bwd_v<N, 4>(p, blocks, smem, stream);
-    case 5: return launch_bwd_v<N, 5>(p, blocks, smem, stream);
-    case 7: return launch_bwd_v<N, 7>(p, blocks, smem, stream);
+    case 8: return launch_bwd_v<N, 8>(p, blocks, smem, stream);
+    case 12: return launch_bwd_v<N, 12>(p, blocks, smem, stream);
     default: return launch_bwd_v<N, 0>(p, blocks, smem, stream);
     }
 }
@@ -1364,10 +1327,9 @@ template <int N>
 int prepare_bwd(int bytes) {
     constexpr cudaFuncAttribute A = cudaFuncAttributeMaxDynamicSharedMemorySize;
     int e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 0>, A, bytes);
-    if (!e) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 1>, A, bytes);
     if (!e) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 4>, A, bytes);
-    if (!e) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 5>, A, bytes);
-    if (!e) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 7>, A, bytes);
+    if (!e) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 8>, A, bytes);
+    if (!e) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 12>, A, bytes);
     return e;
 }
 

@@ -296,13 +296,10 @@ __global__ void __launch_bounds__(kLocalThreads, 2)
     if (tid < N) ws[WS::GM + tid] = sGam[tid];
 }
 
-/* 16-byte asynchronous global -> shared copies (sm_80+), committed and waited per chunk. */
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+/* 16-byte asynchronous global -> shared copies (cuda_elem.cuh), committed and waited per chunk. */
+using elem::cp_async16;
+using elem::cp_async_commit;
+using elem::cp_async_wait_all;
 
 /* Shared memory of the state kernel, in floats: two chunk buffers (W [N][C], Bh [C][N], L [RB][N]
  * (the block's rows), gamma [N]), the rows' state [RB][N] and the chunk's S_e w_t [RB][C + 1]. */
