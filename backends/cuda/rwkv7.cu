@@ -44,8 +44,10 @@
  *      (N = 32 / 64: in the forward kernel's row layout and arithmetic, so a saving forward
  *      writes the same bits and a backward reusing them skips this pass: p.reuse);
  *   B. for each segment, last first: stage its tokens (r w k v a b dy, decay, d decay/dw) in
- *      shared memory; for each K2-window of it, last first: reload the checkpoint, replay the
- *      tokens before the window in registers, then replay the window storing each state
+ *      shared memory (N = 32 / 64: its checkpoint too, copied in by cp.async during the previous
+ *      segment's last window); for each K2-window of it, last first: reload the checkpoint, replay
+ *      the tokens before the window in registers (N = 128: after the first window with the sa it
+ *      kept, no dot products), then replay the window storing each state
  *      S_{t-1} (in row quads, see BwdLayout), each sa_t and the per-warp partial sums of
  *      sa_t . dy_t and v_t . dy_t in shared memory; then walk the window backwards with the
  *      state gradient dS held twice in registers:
@@ -776,6 +778,8 @@ int forward_rows(int N, int64_t blocks, int sms) {
  *   sy      K2 x 2 x NW        per warp partial sums of sa . dy and v . dy of each window token
  *   out     K2 x 6 x N         the window's gradients (dr dw dk dv da db), written out by the
  *                              whole block after the window, coalesced
+ *   sap     K1 x N             N = 128 (kKeepSa): sa of the segment's tokens, from its first window
+ *   ck      N x N              N = 32 / 64 (kCkptSmem): the segment's checkpoint, row-major
  * Column form (the gradient sweep's column sums): thread (cg, q) = (tid / LC, tid % LC) owns
  * the CC columns cg CC + cc over the row quads qd = q + LC m (rows 4 qd .. 4 qd + 3), so a
  * column's sums take log2(LC) shuffle levels, and it reads its rows of the token vectors as
@@ -806,25 +810,24 @@ enum { T_R = 0, T_D, T_DDW, T_K, T_V, T_A, T_B, T_DY };
 /* Float4 slot of column c in a state quad (see BwdLayout). */
 __device__ __forceinline__ int swz(int c) { return c ^ ((c >> 2) & 7); }
 
-/* The segment's checkpoint is copied into shared memory ahead (V & 8) where that still lets two
- * blocks share an SM at K1 = 8 (N = 32, 64); N = 128 reads it from global memory. */
+/* N = 32 / 64: the segment's checkpoint is copied into shared memory (cp.async) while the
+ * previous segment's last window walks, so no window's replay starts with a global-memory round
+ * trip (NOTES v18: bwd-reuse -2.7% at N = 64, -3.5% at N = 32). N = 128 (one block per SM, 177
+ * KB) would lose K1 = 8 to those 64 KB, and keeps the global read. */
 template <int N>
 constexpr bool kCkptSmem = N != 128;
+/* N = 128: the segment's first window keeps the sa of the tokens it replays, so the later
+ * windows replay without dot products or shuffles (K2 = 2 there: 20 full steps per 8 tokens
+ * become 8 full + 12 update-only; NOTES v17: -4.9%). At N = 32 / 64 (K2 = 4: 12 -> 8 + 4) it
+ * gained nothing alone and lost 1.6-2% together with kCkptSmem. */
+template <int N>
+constexpr bool kKeepSa = N == 128;
 
 template <int N>
 size_t bwd_smem_floats(int K1, int K2) {
     using Lay = BwdLayout<typename BwdTile<N>::T>;
     return (size_t)K1 * Lay::TOK + (size_t)K2 * Lay::SF + (size_t)K2 * N + 2u * N + (size_t)K2 * 2 * Lay::NW +
-           (size_t)K2 * Lay::NOUT * N + (size_t)K1 * N + (kCkptSmem<N> ? (size_t)N * N : 0);
-}
-
-/* Experiment switch (NOTES v18): bits of the backward variant, WKV_CUDA_RWKV7_BWD_V. */
-int bwd_variant() {
-    static const int v = [] {
-        const char* e = std::getenv("WKV_CUDA_RWKV7_BWD_V");
-        return e ? std::atoi(e) : 0;
-    }();
-    return v;
+           (size_t)K2 * Lay::NOUT * N + (kKeepSa<N> ? (size_t)K1 * N : 0) + (kCkptSmem<N> ? (size_t)N * N : 0);
 }
 
 constexpr int kMaxK1 = 8; /* pass A prefetches a whole segment into registers */
@@ -834,7 +837,7 @@ constexpr int kMaxK1 = 8; /* pass A prefetches a whole segment into registers */
 template <int N>
 constexpr bool kRowPassA = N != 128;
 
-template <int N, int V>
+template <int N>
 __global__ void __launch_bounds__(bwd_threads(N), 1)
     rwkv7_backward_kernel(const __grid_constant__ Rwkv7BwdParams p) {
     using T = typename BwdTile<N>::T;
@@ -852,9 +855,9 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     float* s_dsa = s_sa + (size_t)K2 * N;
     float* s_sy = s_dsa + 2 * N;
     float* s_out = s_sy + (size_t)K2 * 2 * NW;
-    float* s_sap = s_out + (size_t)K2 * Lay::NOUT * N; /* K1 x N: sa of the segment's tokens (V & 4) */
-    float* s_ck = s_sap + (size_t)K1 * N;              /* N x N: the segment's checkpoint (V & 8) */
-    constexpr bool CK_SMEM = (V & 8) != 0 && kCkptSmem<N>;
+    float* s_sap = s_out + (size_t)K2 * Lay::NOUT * N; /* K1 x N: sa of the segment's tokens (kKeepSa) */
+    float* s_ck = s_sap + (kKeepSa<N> ? (size_t)K1 * N : 0); /* N x N: the segment's checkpoint (kCkptSmem) */
+    constexpr bool CK_SMEM = kCkptSmem<N>;
     enum { O_DR = 0, O_DW, O_DK, O_DV, O_DA, O_DB };
     auto outv = [&](int x, int which) -> float* { return s_out + ((size_t)x * Lay::NOUT + which) * N; };
 
@@ -925,7 +928,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
             }
         }
     };
-    /* (V & 8) segment gg's checkpoint into s_ck by asynchronous copies (waited for before the
+    /* (kCkptSmem) segment gg's checkpoint into s_ck by asynchronous copies (waited for before the
      * barrier that ends the segment's staging) */
     auto fetch_ckpt = [&](int64_t gg) {
         const float* src = ckpt + (size_t)gg * (N * N);
@@ -1078,10 +1081,10 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         for (int sb = nsub - 1; sb >= 0; --sb) {
             const int u0 = sb * K2, mu = min(K2, m - u0);
             /* replay: checkpoint -> state before u0 (registers), then the window into smem.
-             * (V & 4) The segment's first window (sb = nsub - 1) replays every earlier token
+             * (kKeepSa) The segment's first window (sb = nsub - 1) replays every earlier token
              * and keeps their sa in s_sap; later windows replay with those sa (the update
              * alone: same bits, no dot products, no shuffles). */
-            const bool known = (V & 4) && sb < nsub - 1;
+            const bool known = kKeepSa<N> && sb < nsub - 1;
             {
                 float S[R][C];
                 load_ckpt(ckg, S);
@@ -1095,7 +1098,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                     for (int u = 0; u < u0; ++u) {
                         float sa[R];
                         step(S, u, sa);
-                        if constexpr ((V & 4) != 0) sts_r<R>(s_sap + (size_t)u * N + rg * R, sa); /* every lane: same value */
+                        if constexpr (kKeepSa<N>) sts_r<R>(s_sap + (size_t)u * N + rg * R, sa); /* every lane: same value */
                     }
                 }
                 for (int x = 0; x < mu; ++x) {
@@ -1307,30 +1310,10 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
     return (int)cudaGetLastError();
 }
 
-template <int N, int V>
-int launch_bwd_v(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_t stream) {
-    rwkv7_backward_kernel<N, V><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p);
-    return (int)cudaGetLastError();
-}
-
 template <int N>
 int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_t stream) {
-    switch (bwd_variant()) {
-    case 4: return launch_bwd_v<N, 4>(p, blocks, smem, stream);
-    case 8: return launch_bwd_v<N, 8>(p, blocks, smem, stream);
-    case 12: return launch_bwd_v<N, 12>(p, blocks, smem, stream);
-    default: return launch_bwd_v<N, 0>(p, blocks, smem, stream);
-    }
-}
-
-template <int N>
-int prepare_bwd(int bytes) {
-    constexpr cudaFuncAttribute A = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    int e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 0>, A, bytes);
-    if (!e) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 4>, A, bytes);
-    if (!e) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 8>, A, bytes);
-    if (!e) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 12>, A, bytes);
-    return e;
+    rwkv7_backward_kernel<N><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p);
+    return (int)cudaGetLastError();
 }
 
 } // namespace
@@ -1377,9 +1360,9 @@ int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t
 int rwkv7_prepare_backward(int N, size_t smem) {
     const int bytes = (int)smem;
     switch (N) {
-    case 32: return prepare_bwd<32>(bytes);
-    case 64: return prepare_bwd<64>(bytes);
-    case 128: return prepare_bwd<128>(bytes);
+    case 32: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 64: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 128: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     default: return (int)cudaErrorInvalidValue;
     }
 }
