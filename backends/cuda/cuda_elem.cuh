@@ -96,7 +96,9 @@ __device__ __forceinline__ Seq seq_of(const SeqInfo& q, int64_t local, int64_t T
 }
 
 /* 16-byte asynchronous global -> shared copy (sm_80+; both addresses 16-byte aligned), the
- * group commit, and the wait for all of a thread's committed copies. */
+ * group commit, and the wait for all of a thread's committed copies. Only the wait is a
+ * compiler memory barrier: callers order the shared-memory reads around the copies with
+ * __syncthreads (rwkv6.cu keeps its own void* variants with a wait for all but the newest). */
 __device__ __forceinline__ void cp_async16(float* dst, const float* src) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
