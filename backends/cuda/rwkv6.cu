@@ -308,6 +308,7 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
         for (int e = 0; e < 4; ++e) dst[e * RG] = make_float4(S[0][e], S[1][e], S[2][e], S[3][e]);
     };
     const int64_t nch = (len + kTC - 1) / kTC;
+    if (SAVE && nseg > 0) save(0);
     if (len > 0) fetch(0);
     for (int64_t c = 0; c < nch; ++c) {
         const int n = (int)min64(kTC, len - c * kTC);
@@ -354,15 +355,22 @@ __device__ __forceinline__ void row_scan(const DevView& A, const DevView& B, con
             }
         }
         __syncthreads();
+        /* SAVE: checkpoint K g is stored where its state is live anyway when it can be: the
+         * chunk's first one (x = 0) at the end of the previous chunk (or before the first),
+         * after its last step; only the mid-chunk ones are stored between steps. ptxas sinks
+         * a chunk's global stores towards its end, so a state stored at x = 0 was held in 16
+         * extra registers through the chunk (the saving forward needed 142 registers against
+         * the plain one's 105 and got 127: NOTES v10). */
         if (n == kTC) { /* whole chunk: straight-line code, tokens can overlap */
 #pragma unroll
             for (int x = 0; x < kTC; ++x) {
-                if (SAVE && x % K == 0) save(c * (kTC / K) + x / K);
+                if (SAVE && x % K == 0 && x > 0) save(c * (kTC / K) + x / K);
                 step(x);
             }
-        } else {
+            if (SAVE && (c + 1) * (kTC / K) < nseg) save((c + 1) * (kTC / K));
+        } else { /* the last chunk: no checkpoint after it */
             for (int x = 0; x < n; ++x) {
-                if (SAVE && x % K == 0) save(c * (kTC / K) + x / K);
+                if (SAVE && x % K == 0 && x > 0) save(c * (kTC / K) + x / K);
                 step(x);
             }
         }
