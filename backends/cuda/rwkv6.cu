@@ -451,11 +451,6 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
     __shared__ float sdyv[K];
     __shared__ float su[CB];
     __shared__ float4 sCk[2][2][kColThreads]; /* checkpoints, one segment ahead (cp.async) */
-    /* N = 64: the replayed states in shared memory, each thread's own (no barrier), instead of
-     * 64 registers (the kernel needed 168 against its cap of 128: NOTES v10); N = 128 has no
-     * room under the 48 KiB of static shared memory, N = 32 keeps its registers too */
-    constexpr bool SRS = N == 64;
-    __shared__ float4 sSR[SRS ? 2 * K : 1][SRS ? kColThreads : 1];
     const int H = p.H;
     const int tid = threadIdx.x;
     const int cl = tid / RG, rg = tid % RG;
@@ -641,20 +636,15 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
         }
         /* replay: SR[x] = the state before token x of the segment (slots past m hold clamped
          * copies of real tokens: finite, never used) */
-        float SR[SRS ? 1 : K][kRS];
+        float SR[K][kRS];
         {
             cp_async_wait_prior(); /* this segment's checkpoint (the newest group is g - 1's) */
             const float4 a = sCk[g & 1][0][tid], b = sCk[g & 1][1][tid];
             float cur[kRS] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
             for (int x = 0; x < K; ++x) {
-                if constexpr (SRS) {
-                    sSR[2 * x][tid] = make_float4(cur[0], cur[1], cur[2], cur[3]);
-                    sSR[2 * x + 1][tid] = make_float4(cur[4], cur[5], cur[6], cur[7]);
-                } else {
 #pragma unroll
-                    for (int e = 0; e < kRS; ++e) SR[x][e] = cur[e];
-                }
+                for (int e = 0; e < kRS; ++e) SR[x][e] = cur[e];
                 if (x + 1 < K) {
                     const float4 qv = sQ[x][cl];
                     const float4 va = *reinterpret_cast<const float4*>(&sV[x][row(0, 0)]);
@@ -675,18 +665,9 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
             const float v[kRS] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
             const float dy[kRS] = {ya.x, ya.y, ya.z, ya.w, yb.x, yb.y, yb.z, yb.w};
             float dr = 0.0f, dk = 0.0f, dd = 0.0f;
-            float spx[kRS];
-            if constexpr (SRS) {
-                const float4 s0 = sSR[2 * x][tid], s1 = sSR[2 * x + 1][tid];
-                spx[0] = s0.x, spx[1] = s0.y, spx[2] = s0.z, spx[3] = s0.w;
-                spx[4] = s1.x, spx[5] = s1.y, spx[6] = s1.z, spx[7] = s1.w;
-            } else {
-#pragma unroll
-                for (int e = 0; e < kRS; ++e) spx[e] = SR[x][e];
-            }
 #pragma unroll
             for (int e = 0; e < kRS; ++e) {
-                const float sp = spx[e], gg = G[e];
+                const float sp = SR[x][e], gg = G[e];
                 dk = fmaf(gg, v[e], dk);
                 dd = fmaf(gg, sp, dd);
                 dr = fmaf(sp, dy[e], dr);
