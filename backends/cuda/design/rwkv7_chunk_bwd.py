@@ -54,6 +54,18 @@ def ddecay_dw(w, form):
     return np.ones_like(w)
 
 
+def dlog_decay_dw(w, form):
+    """d g / d w for the log-space route (no division: DIRECT has none, it is refused there)."""
+    if form == "log":
+        return np.ones_like(w)
+    if form == "exp_neg_exp":
+        return -np.exp(w)
+    if form == "clampw":
+        s = 0.5 * (1.0 + np.tanh(0.5 * w))
+        return -_CLAMPW * s * (1.0 - s)
+    raise ValueError("decay_form %r: dL/dw = dL/dg / decay, a division; use the exact route" % form)
+
+
 # ---- per chunk: the forward's WY quantities --------------------------------------------------
 
 def chunk_quantities(x):
@@ -179,7 +191,22 @@ def decay_grad(x, q, dRe, dAe, dBh, dKh, dgam, dArb, dArk, dAab, dAak):
     return dd
 
 
-def backward_local(x, dY, S_e, dS_x):
+def dlog_decay_suffix(x, q, d, dRe, dAe, dBh, dKh, dgam):
+    """The cheap route (CLAMPW in the kernels): dL/dg_u as suffix sums of the per-token exponent
+    gradients, all elementwise from the vector gradients (d = the pair parts dr, da, db, dk with
+    the decays held fixed: sum_s of an exponent's gradient is p_t o dp_t on its t side and
+    -s_s o ds_s on its s side). Terms wholly after u cancel in the suffix sum, so its error is
+    absolute (~eps x the chunk's largest term): fine where decay >= 0.545 (CLAMPW), not for the
+    elementwise exactness of tiny decays."""
+    bh, kh = dBh * q["Bh"], dKh * q["Kh"]
+    dG = x["r"] * d["r"] + dRe * q["Re"] - x["b"] * d["b"] - x["k"] * d["k"] - bh - kh
+    dGp = x["a"] * d["a"] + dAe * q["Ae"]
+    dG[-1] += bh.sum(0) + kh.sum(0) + dgam * q["gam"]
+    suffix = lambda z: np.cumsum(z[::-1], 0)[::-1]
+    return suffix(dG) + np.vstack([suffix(dGp)[1:], np.zeros_like(dGp[:1])])  # Gp_t holds g_u, u < t
+
+
+def backward_local(x, dY, S_e, dS_x, route="exact"):
     """B3. The chunk's token gradients from its entry state S_e and exit-state gradient dS_x."""
     q = chunk_quantities(x)
     v = x["v"]
@@ -198,9 +225,14 @@ def backward_local(x, dY, S_e, dS_x):
     da1, db2 = _pair_grads(dAab, x["a"], x["b"], q["Dab"])
     da2, dk2 = _pair_grads(dAak, x["a"], x["k"], q["Dab"])
     eL = np.exp(q["GL_G"])
-    return dict(dr=dr1 + dr2 + dRe * np.exp(q["G"]), da=da1 + da2 + dAe * np.exp(q["Gp"]),
-                db=db1 + db2 + dBh * eL, dk=dk1 + dk2 + dKh * eL, dv=dV,
-                dd=decay_grad(x, q, dRe, dAe, dBh, dKh, dgam, dArb, dArk, dAab, dAak))
+    out = dict(dr=dr1 + dr2 + dRe * np.exp(q["G"]), da=da1 + da2 + dAe * np.exp(q["Gp"]),
+               db=db1 + db2 + dBh * eL, dk=dk1 + dk2 + dKh * eL, dv=dV)
+    if route == "exact":
+        out["dd"] = decay_grad(x, q, dRe, dAe, dBh, dKh, dgam, dArb, dArk, dAab, dAak)
+    else:
+        pairs = dict(r=dr1 + dr2, a=da1 + da2, b=db1 + db2, k=dk1 + dk2)
+        out["dg"] = dlog_decay_suffix(x, q, pairs, dRe, dAe, dBh, dKh, dgam)
+    return out
 
 
 # ---- one sequence and head, and the whole op ---------------------------------------------------
@@ -216,9 +248,9 @@ def _chunks(x, C):
     return out
 
 
-def sequence(x, dY, S0, dST, C):
-    """One (sequence, head): x has r g k v a b (T x N). Returns y, S_T, the gradients (dd: w.r.t. the decay)
-    and dS0, through the kernels' steps in order."""
+def sequence(x, dY, S0, dST, C, route="exact"):
+    """One (sequence, head): x has r g k v a b (T x N). Returns y, S_T, the token gradients (dd:
+    w.r.t. the decay; dg: w.r.t. its log, on the "log" route) and dS0, the kernels' steps in order."""
     T = len(x["v"])
     xs = _chunks(x, C)
     dYs = _chunks({"dy": dY}, C)
@@ -227,15 +259,17 @@ def sequence(x, dY, S0, dST, C):
     y = np.vstack([forward_output(fc, s) for fc, s in zip(f, S_e)] or [np.zeros((0, len(S0)))])
     Ld = [backward_prep(fc, d["dy"]) for fc, d in zip(f, dYs)]            # B1
     dS_x, dS0 = backward_walk(f, Ld, dST)                                 # B2
-    gs = [backward_local(xc, d["dy"], s, ds) for xc, d, s, ds in zip(xs, dYs, S_e, dS_x)]  # B3
-    grads = {k: (np.vstack([gc[k] for gc in gs]) if gs else np.zeros((0, len(S0))))[:T] for k in
-             ("dr", "dk", "dv", "da", "db", "dd")}
+    gs = [backward_local(xc, d["dy"], s, ds, route) for xc, d, s, ds in zip(xs, dYs, S_e, dS_x)]  # B3
+    names = ("dr", "dk", "dv", "da", "db", "dd" if route == "exact" else "dg")
+    grads = {k: (np.vstack([gc[k] for gc in gs]) if gs else np.zeros((0, len(S0))))[:T] for k in names}
     return y[:T], S_T, grads, dS0
 
 
-def rwkv7_chunked(r, w, k, v, a, b, dy, s0=None, dsT=None, form="clampw", C=32, seq_offsets=None):
+def rwkv7_chunked(r, w, k, v, a, b, dy, s0=None, dsT=None, form="clampw", C=32, seq_offsets=None,
+                  route="exact"):
     """The op with the reference's interface (reference.rwkv7_forward + rwkv7_backward): [B,T,H,N]
-    inputs, packed sequences by seq_offsets (B = 1). Returns y, sT and dr dw dk dv da db ds0."""
+    inputs, packed sequences by seq_offsets (B = 1). Returns y, sT and dr dw dk dv da db ds0.
+    route: the decay gradient, "exact" (decay_grad) or "log" (dlog_decay_suffix)."""
     r, w, k, v, a, b, dy = (np.asarray(t, np.float64) for t in (r, w, k, v, a, b, dy))
     B, T, H, N = v.shape
     g = log_decay(w, form)
@@ -245,13 +279,16 @@ def rwkv7_chunked(r, w, k, v, a, b, dy, s0=None, dsT=None, form="clampw", C=32, 
     s0 = zeros if s0 is None else np.asarray(s0, np.float64)
     dsT = zeros if dsT is None else np.asarray(dsT, np.float64)
     y, sT, ds0 = np.zeros((B, T, H, N)), np.zeros_like(zeros), np.zeros_like(zeros)
-    out = {n: np.zeros((B, T, H, N)) for n in ("dr", "dk", "dv", "da", "db", "dd")}
+    dname = "dd" if route == "exact" else "dg"
+    scale = ddecay_dw(w, form) if route == "exact" else dlog_decay_dw(w, form)
+    out = {n: np.zeros((B, T, H, N)) for n in ("dr", "dk", "dv", "da", "db", dname)}
     for si, (bi, t0, t1) in enumerate(segs):
         for h in range(H):
             x = {n: t[bi, t0:t1, h] for n, t in dict(r=r, g=g, k=k, v=v, a=a, b=b).items()}
-            y[bi, t0:t1, h], sT[si, h], gr, ds0[si, h] = sequence(x, dy[bi, t0:t1, h], s0[si, h], dsT[si, h], C)
+            y[bi, t0:t1, h], sT[si, h], gr, ds0[si, h] = sequence(x, dy[bi, t0:t1, h], s0[si, h], dsT[si, h], C,
+                                                                   route)
             for n in out:
                 out[n][bi, t0:t1, h] = gr[n]
-    out["dw"] = out.pop("dd") * ddecay_dw(w, form)
+    out["dw"] = out.pop(dname) * scale
     out["ds0"] = ds0
     return y, sT, out

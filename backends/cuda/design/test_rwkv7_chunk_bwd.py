@@ -85,3 +85,16 @@ def test_no_state_in_or_gradient_out():
 def test_head_size_64():
     x, kw = case(8, 1, 40, 1, 64, "clampw")
     check(x, kw, C=32)
+
+
+@pytest.mark.parametrize("form", ["clampw", "log"])
+def test_log_space_decay_route(form):
+    """The cheaper decay gradient (suffix sums of exponent gradients) the CLAMPW kernels use."""
+    x, kw = case(9, 2, 100, 2, 8, form)
+    y0, sT0 = ref.rwkv7_forward(**x, s0=kw["s0"], form=form)
+    g0 = ref.rwkv7_backward(**x, **kw)
+    _, _, g = cb.rwkv7_chunked(**x, **kw, C=32, route="log")
+    assert max(ref.rel_err(g[n], g0[n]) for n in GRADS) < 1e-10
+    x, kw = case(9, 1, 5, 1, 8, "direct")
+    with pytest.raises(ValueError):  # DIRECT would need dL/dg / decay
+        cb.rwkv7_chunked(**x, **kw, route="log")
