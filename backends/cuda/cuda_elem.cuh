@@ -96,15 +96,20 @@ __device__ __forceinline__ Seq seq_of(const SeqInfo& q, int64_t local, int64_t T
 }
 
 /* 16-byte asynchronous global -> shared copy (sm_80+; both addresses 16-byte aligned), the
- * group commit, and the wait for all of a thread's committed copies. Only the wait is a
- * compiler memory barrier: callers order the shared-memory reads around the copies with
- * __syncthreads (rwkv6.cu keeps its own void* variants with a wait for all but the newest). */
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+ * group commit, and the waits: for all of a thread's committed groups, or for all but the
+ * newest `pending` (groups complete in order). Each is a compiler memory barrier, so a thread
+ * may read back its own copies after a wait with no __syncthreads (rwkv6.cu's column scan);
+ * copies read by other threads still need one. */
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
 
 } // namespace elem
 } // namespace wkv_cuda

@@ -71,15 +71,6 @@ constexpr int kColThreads = 128; /* column scan: threads per block */
 constexpr int kRS = 8;           /* column scan: rows per thread */
 constexpr unsigned kFull = 0xffffffffu;
 
-/* 16-byte global -> shared copy that bypasses the registers (cp.async, sm_80+); the groups
- * complete in order, cp_async_wait_prior waits for all but the newest. */
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-
 __device__ __forceinline__ int64_t tok(const DevView& v, int64_t b, int64_t t, int64_t h, int64_t n) {
     return b * v.s[0] + t * v.s[1] + h * v.s[2] + n * v.s[3];
 }
@@ -605,10 +596,10 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
     auto ck_fetch = [&](int64_t g) {
         if (g >= 0) {
             const float4* c = ck + (size_t)g * 256u;
-            cp_async16(&sCk[g & 1][0][tid], c + tid);
-            cp_async16(&sCk[g & 1][1][tid], c + kColThreads + tid);
+            elem::cp_async16(&sCk[g & 1][0][tid], c + tid);
+            elem::cp_async16(&sCk[g & 1][1][tid], c + kColThreads + tid);
         }
-        cp_async_commit(); /* an empty group when g < 0: one group per segment either way */
+        elem::cp_async_commit(); /* an empty group when g < 0: one group per segment either way */
     };
     if (!p.reuse) __threadfence_block();
     if (nseg > 0) {
@@ -638,7 +629,7 @@ __global__ void __launch_bounds__(kColThreads, 4) rwkv6_bwd_cols_kernel(const Rw
          * copies of real tokens: finite, never used) */
         float SR[K][kRS];
         {
-            cp_async_wait_prior(); /* this segment's checkpoint (the newest group is g - 1's) */
+            elem::cp_async_wait<1>(); /* this segment's checkpoint (the newest group is g - 1's) */
             const float4 a = sCk[g & 1][0][tid], b = sCk[g & 1][1][tid];
             float cur[kRS] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
