@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_CLAMPW = np.exp(-0.5)
+_CLAMPW = float(np.exp(-0.5))  # a Python float: keeps float32 models float32
 
 
 def log_decay(w, form):
@@ -177,11 +177,11 @@ def decay_grad(x, q, dRe, dAe, dBh, dKh, dgam, dArb, dArk, dAab, dAak):
     C, N = r.shape
     d = np.exp(x["g"])
     eGp, eGL = np.exp(q["Gp"]), np.exp(q["GL_G"])
-    F = np.zeros((C, N))
+    F = np.zeros_like(r)
     for u in reversed(range(C)):
         F[u] = dRe[u] * r[u] + (dAe[u + 1] * a[u + 1] + d[u + 1] * F[u + 1] if u + 1 < C else 0.0)
     dd = eGp * F + dgam * eGp * eGL
-    P, Qr, Qa = np.zeros(N), np.zeros((C, N)), np.zeros((C, N))
+    P, Qr, Qa = np.zeros_like(r[0]), np.zeros_like(r), np.zeros_like(r)
     for u in range(C):
         dd[u] += eGL[u] * P + np.einsum("tj,tj,tj->j", r[u:], q["Drb"][u:, u], Qr[u:]) \
             + np.einsum("tj,tj,tj->j", a[u + 1:], q["Dab"][u + 1:, u], Qa[u + 1:])
@@ -218,7 +218,7 @@ def backward_local(x, dY, S_e, dS_x, route="exact"):
     dRe, dAe = dY @ S_e, dX @ S_e
     dBh, dKh = U @ dS_x, v @ dS_x
     dgam = (S_e * dS_x).sum(0)
-    le, lt = np.tril(np.ones((C, C))), np.tril(np.ones((C, C)), -1)
+    le, lt = np.tril(np.ones((C, C), v.dtype)), np.tril(np.ones((C, C), v.dtype), -1)
     dArb, dArk, dAab, dAak = le * (dY @ U.T), le * (dY @ v.T), lt * (dX @ U.T), lt * (dX @ v.T)
     dr1, db1 = _pair_grads(dArb, x["r"], x["b"], q["Drb"])
     dr2, dk1 = _pair_grads(dArk, x["r"], x["k"], q["Drb"])
@@ -244,7 +244,7 @@ def _chunks(x, C):
     out = []
     for c0 in range(0, T, C):
         n = min(C, T - c0)
-        out.append({k: np.vstack([a[c0:c0 + n], np.zeros((C - n, N))]) for k, a in x.items()})
+        out.append({k: np.vstack([a[c0:c0 + n], np.zeros((C - n, N), a.dtype)]) for k, a in x.items()})
     return out
 
 
@@ -256,32 +256,33 @@ def sequence(x, dY, S0, dST, C, route="exact"):
     dYs = _chunks({"dy": dY}, C)
     f = [forward_local(xc) for xc in xs]                                  # F1
     S_e, S_T = forward_walk(f, S0)                                        # F2
-    y = np.vstack([forward_output(fc, s) for fc, s in zip(f, S_e)] or [np.zeros((0, len(S0)))])
+    y = np.vstack([forward_output(fc, s) for fc, s in zip(f, S_e)] or [np.zeros((0, len(S0)), S0.dtype)])
     Ld = [backward_prep(fc, d["dy"]) for fc, d in zip(f, dYs)]            # B1
     dS_x, dS0 = backward_walk(f, Ld, dST)                                 # B2
     gs = [backward_local(xc, d["dy"], s, ds, route) for xc, d, s, ds in zip(xs, dYs, S_e, dS_x)]  # B3
     names = ("dr", "dk", "dv", "da", "db", "dd" if route == "exact" else "dg")
-    grads = {k: (np.vstack([gc[k] for gc in gs]) if gs else np.zeros((0, len(S0))))[:T] for k in names}
+    grads = {k: (np.vstack([gc[k] for gc in gs]) if gs else np.zeros((0, len(S0)), S0.dtype))[:T] for k in names}
     return y[:T], S_T, grads, dS0
 
 
 def rwkv7_chunked(r, w, k, v, a, b, dy, s0=None, dsT=None, form="clampw", C=32, seq_offsets=None,
-                  route="exact"):
+                  route="exact", dtype=np.float64):
     """The op with the reference's interface (reference.rwkv7_forward + rwkv7_backward): [B,T,H,N]
     inputs, packed sequences by seq_offsets (B = 1). Returns y, sT and dr dw dk dv da db ds0.
-    route: the decay gradient, "exact" (decay_grad) or "log" (dlog_decay_suffix)."""
-    r, w, k, v, a, b, dy = (np.asarray(t, np.float64) for t in (r, w, k, v, a, b, dy))
+    route: the decay gradient, "exact" (decay_grad) or "log" (dlog_decay_suffix). dtype: float64
+    for the spec; float32 (or an array type that rounds its products) models a kernel's rounding."""
+    r, w, k, v, a, b, dy = (np.asanyarray(t).astype(dtype) for t in (r, w, k, v, a, b, dy))
     B, T, H, N = v.shape
     g = log_decay(w, form)
     segs = [(bi, 0, T) for bi in range(B)] if seq_offsets is None else \
         [(0, seq_offsets[i], seq_offsets[i + 1]) for i in range(len(seq_offsets) - 1)]
-    zeros = np.zeros((len(segs), H, N, N))
-    s0 = zeros if s0 is None else np.asarray(s0, np.float64)
-    dsT = zeros if dsT is None else np.asarray(dsT, np.float64)
-    y, sT, ds0 = np.zeros((B, T, H, N)), np.zeros_like(zeros), np.zeros_like(zeros)
+    zeros = np.zeros((len(segs), H, N, N), dtype)
+    s0 = zeros if s0 is None else np.asanyarray(s0).astype(dtype)
+    dsT = zeros if dsT is None else np.asanyarray(dsT).astype(dtype)
+    y, sT, ds0 = np.zeros((B, T, H, N), dtype), np.zeros_like(zeros), np.zeros_like(zeros)
     dname = "dd" if route == "exact" else "dg"
     scale = ddecay_dw(w, form) if route == "exact" else dlog_decay_dw(w, form)
-    out = {n: np.zeros((B, T, H, N)) for n in ("dr", "dk", "dv", "da", "db", dname)}
+    out = {n: np.zeros((B, T, H, N), dtype) for n in ("dr", "dk", "dv", "da", "db", dname)}
     for si, (bi, t0, t1) in enumerate(segs):
         for h in range(H):
             x = {n: t[bi, t0:t1, h] for n, t in dict(r=r, g=g, k=k, v=v, a=a, b=b).items()}
