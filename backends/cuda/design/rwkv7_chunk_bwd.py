@@ -139,10 +139,11 @@ def forward_output(fc, S_e):
     return fc["Z"] @ S_e.T + fc["Yl"]
 
 
-# ---- backward: B1 (all chunks), B2 walk (last chunk first), B3 local (all chunks) ----------
+# ---- backward: B1 (all chunks, after a sequential forward), B2 walk (last chunk first), B3 ---
 
 def backward_prep(fc, dY):
-    """B1. Ld = dY^T Z (N x N): the part of dS_e that does not depend on the walk."""
+    """Ld = dY^T Z (N x N): the part of dS_e that does not depend on the walk (formed by B2's
+    producer warps one chunk ahead)."""
     return dY.T @ fc["Z"]
 
 
@@ -248,21 +249,29 @@ def _chunks(x, C):
     return out
 
 
-def sequence(x, dY, S0, dST, C, route="exact"):
-    """One (sequence, head): x has r g k v a b (T x N). Returns y, S_T, the token gradients (dd:
-    w.r.t. the decay; dg: w.r.t. its log, on the "log" route) and dS0, the kernels' steps in order."""
-    T = len(x["v"])
+def forward(x, S0, C):
+    """F1-F3 for one (sequence, head); x has r g k v a b (T x N). Returns y, S_T and what the
+    backward keeps: F1's W, Z, Bh, gam per chunk (f) and F2's entry states S_e."""
     xs = _chunks(x, C)
-    dYs = _chunks({"dy": dY}, C)
-    f = [forward_local(xc) for xc in xs]                                  # F1
-    S_e, S_T = forward_walk(f, S0)                                        # F2
-    y = np.vstack([forward_output(fc, s) for fc, s in zip(f, S_e)] or [np.zeros((0, len(S0)), S0.dtype)])
-    Ld = [backward_prep(fc, d["dy"]) for fc, d in zip(f, dYs)]            # B1
-    dS_x, dS0 = backward_walk(f, Ld, dST)                                 # B2
-    gs = [backward_local(xc, d["dy"], s, ds, route) for xc, d, s, ds in zip(xs, dYs, S_e, dS_x)]  # B3
+    f = [forward_local(xc) for xc in xs]                                   # F1
+    S_e, S_T = forward_walk(f, S0)                                         # F2
+    y = [forward_output(fc, s) for fc, s in zip(f, S_e)]                   # F3
+    return (np.vstack(y)[:len(x["v"])] if y else np.zeros((0, len(S0)), S0.dtype)), S_T, f, S_e
+
+
+def backward(x, dY, S_e, dST, C, f=None, route="exact"):
+    """B1-B3 for one (sequence, head) from the chunks' entry states S_e: the chunked forward's, or
+    a sequential forward's checkpoints every C tokens, in which case f is None and B1 recomputes
+    W, Z, Bh, gam (F1's first half; this spec runs all of F1). Returns the token gradients (dd:
+    w.r.t. the decay; dg: w.r.t. its log, on the "log" route) and dS0."""
+    T, N = x["v"].shape
+    xs, dYs = _chunks(x, C), [d["dy"] for d in _chunks({"dy": dY}, C)]
+    f = [forward_local(xc) for xc in xs] if f is None else f              # B1
+    Ld = [backward_prep(fc, d) for fc, d in zip(f, dYs)]                   # B2's producer warps
+    dS_x, dS0 = backward_walk(f, Ld, dST)                                  # B2
+    gs = [backward_local(xc, d, s, ds, route) for xc, d, s, ds in zip(xs, dYs, S_e, dS_x)]  # B3
     names = ("dr", "dk", "dv", "da", "db", "dd" if route == "exact" else "dg")
-    grads = {k: (np.vstack([gc[k] for gc in gs]) if gs else np.zeros((0, len(S0)), S0.dtype))[:T] for k in names}
-    return y[:T], S_T, grads, dS0
+    return {k: (np.vstack([gc[k] for gc in gs])[:T] if gs else np.zeros((0, N), dST.dtype)) for k in names}, dS0
 
 
 def rwkv7_chunked(r, w, k, v, a, b, dy, s0=None, dsT=None, form="clampw", C=32, seq_offsets=None,
@@ -286,8 +295,8 @@ def rwkv7_chunked(r, w, k, v, a, b, dy, s0=None, dsT=None, form="clampw", C=32, 
     for si, (bi, t0, t1) in enumerate(segs):
         for h in range(H):
             x = {n: t[bi, t0:t1, h] for n, t in dict(r=r, g=g, k=k, v=v, a=a, b=b).items()}
-            y[bi, t0:t1, h], sT[si, h], gr, ds0[si, h] = sequence(x, dy[bi, t0:t1, h], s0[si, h], dsT[si, h], C,
-                                                                   route)
+            y[bi, t0:t1, h], sT[si, h], f, S_e = forward(x, s0[si, h], C)
+            gr, ds0[si, h] = backward(x, dy[bi, t0:t1, h], S_e, dsT[si, h], C, f, route)
             for n in out:
                 out[n][bi, t0:t1, h] = gr[n]
     out["dw"] = out.pop(dname) * scale

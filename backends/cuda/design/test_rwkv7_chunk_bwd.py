@@ -98,3 +98,24 @@ def test_log_space_decay_route(form):
     x, kw = case(9, 1, 5, 1, 8, "direct")
     with pytest.raises(ValueError):  # DIRECT would need dL/dg / decay
         cb.rwkv7_chunked(**x, **kw, route="log")
+
+
+def test_backward_from_sequential_checkpoints():
+    """The training path after the sequential forward: S_e are that forward's states every C
+    tokens (here the reference's), B1 recomputes W, Z, Bh, gam (f=None)."""
+    x, kw = case(11, 1, 70, 1, 8, "clampw")
+    g0 = ref.rwkv7_backward(**x, **kw)
+    C, dec = 32, ref.decay_of(x["w"], "clampw")[0, :, 0]
+    S, S_e = kw["s0"][0, 0].copy(), []
+    for t in range(70):  # the sequential recurrence, keeping the state at each chunk start
+        if t % C == 0:
+            S_e.append(S.copy())
+        a, b, k, v = (x[n][0, t, 0] for n in "abkv")
+        S = S * dec[t] + np.outer(S @ a, b) + np.outer(v, k)
+    xs = {n: np.asarray(x[n][0, :, 0], np.float64) for n in "rkvab"}
+    xs["g"] = cb.log_decay(np.asarray(x["w"][0, :, 0], np.float64), "clampw")
+    g, ds0 = cb.backward(xs, kw["dy"][0, :, 0], S_e, kw["dsT"][0, 0], C)
+    assert ref.rel_err(ds0, g0["ds0"][0, 0]) < 1e-10
+    for n in ("dr", "dk", "dv", "da", "db"):
+        assert ref.rel_err(g[n], g0[n][0, :, 0]) < 1e-10, n
+    assert ref.rel_err(g["dd"] * cb.ddecay_dw(x["w"][0, :, 0], "clampw"), g0["dw"][0, :, 0]) < 1e-10
