@@ -2,8 +2,11 @@
 Python tests (bindings/python/tests/reference.py): outputs, final state and every gradient to
 1e-10 relative (measured ~1e-15), for every decay form, tails (T not a multiple of C), chunk
 lengths 32, 16 and 5, states in and out, packed sequences, and decays down to 1e-6 and 0.
-Fixed seeds: this is a spec, not a fuzzer. Needs only numpy (no libwkv)."""
+Also the golden files (float64 gradients from third-party code). Fixed seeds: this is a spec, not
+a fuzzer. Needs only numpy (no libwkv)."""
 
+import json
+import struct
 import sys
 from pathlib import Path
 
@@ -119,3 +122,25 @@ def test_backward_from_sequential_checkpoints():
     for n in ("dr", "dk", "dv", "da", "db"):
         assert ref.rel_err(g[n], g0[n][0, :, 0]) < 1e-10, n
     assert ref.rel_err(g["dd"] * cb.ddecay_dw(x["w"][0, :, 0], "clampw"), g0["dw"][0, :, 0]) < 1e-10
+
+
+def load_golden(path):
+    """tests/golden/README.md's reader: metadata and name -> array."""
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    meta = hdr.pop("__metadata__", {})
+    dt = {"F32": np.float32, "F64": np.float64}
+    return meta, {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
+                                   dtype=dt[v["dtype"]]).reshape(v["shape"]) for k, v in hdr.items()}
+
+
+@pytest.mark.parametrize("path", sorted((HERE.parents[2] / "tests" / "golden").glob("wkv7_*.safetensors")),
+                         ids=lambda p: p.stem)
+def test_golden(path):
+    meta, g = load_golden(path)
+    ins = {n: g[n] for n in "rwkvab"}
+    y, sT, out = cb.rwkv7_chunked(**ins, dy=g["dy"], s0=g["s0"], dsT=g["dsT"], form=meta["decay_form"], C=16)
+    errs = {"y": ref.rel_err(y, g["y"]), "sT": ref.rel_err(sT, g["sT"])}
+    errs.update({n: ref.rel_err(out[n], g[n]) for n in GRADS})
+    assert max(errs.values()) < 1e-10, errs
