@@ -68,25 +68,32 @@ def dlog_decay_dw(w, form):
 
 # ---- per chunk: the forward's WY quantities --------------------------------------------------
 
-def chunk_quantities(x):
-    """x: the chunk's r g k v a b (C x N each). Returns the decay sums, the relative-decay tensors
-    and the four C x C matrices, and the scaled vectors:
-        Aab[t,s] = sum_j a_t b_s exp(Gp_t - G_s)  (s < t),   Aak: k_s for b_s
-        Arb[t,s] = sum_j r_t b_s exp(G_t - G_s)   (s <= t),  Ark: k_s for b_s
-        Ae = A o exp(Gp),  Re = R o exp(G),  Bh = B o exp(G_L - G),  Kh likewise,  gam = exp(G_L)."""
-    g = x["g"]
+def decays(g):
+    """The chunk's decay sums from its log decays g (C x N): G, Gp, GL_G = G_L - G (summed from the
+    end), and the relative decays Drb[t,s] = e^(G_t - G_s) (s <= t), Dab[t,s] = e^(G_{t-1} - G_s)
+    (s < t), zero elsewhere. X[t,s] = G_t - G_s is summed from s on (sum of g_u, s < u <= t), not
+    taken as a difference of two sums from the chunk start: a factor near 1 after tiny decays
+    keeps its relative precision."""
     C = len(g)
     G = np.cumsum(g, 0)
     Gp = np.vstack([np.zeros_like(G[:1]), G[:-1]])
-    GL_G = np.vstack([np.cumsum(g[::-1], 0)[::-1][1:], np.zeros_like(G[:1])])  # G_L - G_s, from the end
-    # X[t,s] = G_t - G_s summed from s on (sum of g_u, s < u <= t), not as a difference of two
-    # sums from the chunk start: a factor near 1 keeps its relative precision after tiny decays
+    GL_G = np.vstack([np.cumsum(g[::-1], 0)[::-1][1:], np.zeros_like(G[:1])])
     t = np.arange(C)
     X = np.cumsum(np.where((t[:, None] > t[None, :])[:, :, None], g[:, None, :], 0.0), 0)
     Xp = np.vstack([np.zeros_like(X[:1]), X[:-1]])  # G_{t-1} - G_s
-    q = dict(G=G, Gp=Gp, GL_G=GL_G,
-             Drb=np.exp(np.where((t[:, None] >= t[None, :])[:, :, None], X, -np.inf)),
-             Dab=np.exp(np.where((t[:, None] > t[None, :])[:, :, None], Xp, -np.inf)))
+    return dict(G=G, Gp=Gp, GL_G=GL_G,
+                Drb=np.exp(np.where((t[:, None] >= t[None, :])[:, :, None], X, -np.inf)),
+                Dab=np.exp(np.where((t[:, None] > t[None, :])[:, :, None], Xp, -np.inf)))
+
+
+def chunk_quantities(x):
+    """x: the chunk's r g k v a b (C x N each). Returns decays(g) and the four C x C matrices,
+    and the scaled vectors:
+        Aab[t,s] = sum_j a_t b_s exp(Gp_t - G_s)  (s < t),   Aak: k_s for b_s
+        Arb[t,s] = sum_j r_t b_s exp(G_t - G_s)   (s <= t),  Ark: k_s for b_s
+        Ae = A o exp(Gp),  Re = R o exp(G),  Bh = B o exp(G_L - G),  Kh likewise,  gam = exp(G_L)."""
+    q = decays(x["g"])
+    G, Gp, GL_G = q["G"], q["Gp"], q["GL_G"]
     pair = lambda p, D, s: np.einsum("tj,tsj,sj->ts", p, D, s)
     q.update(Aab=pair(x["a"], q["Dab"], x["b"]), Aak=pair(x["a"], q["Dab"], x["k"]),
              Arb=pair(x["r"], q["Drb"], x["b"]), Ark=pair(x["r"], q["Drb"], x["k"]))
