@@ -706,18 +706,29 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
     }
 }
 
+/* What the decode kernel reads: Rwkv7FwdParams less the packed offsets and checkpoint
+ * segments (~2.1 KB of it), so a launch carries 456 bytes of parameters instead of 2.6 KB.
+ * Filled from Rwkv7FwdParams in launch_fwd. */
+struct Rwkv7DecodeParams {
+    DevView r, w, k, v, a, b, y, state_in, state_out;
+    float* ckpt;   /* saving: the one checkpoint of (s, h) at (s H + h) N N (seg0 = s) */
+    int64_t first; /* global index of the launch's first sequence */
+    int32_t H;
+    int32_t form;
+};
+
 /* Unpacked T = 1: the chunked kernel's work for one token, without its loop: token loads and
  * state loads issued together, one barrier. */
 template <int N, int R>
 __global__ void __launch_bounds__(RowTile<N, R>::NT)
-    rwkv7_decode_kernel(const __grid_constant__ Rwkv7FwdParams p) {
+    rwkv7_decode_kernel(const __grid_constant__ Rwkv7DecodeParams p) {
     using RT = RowTile<N, R>;
     using T = typename RT::StateTile;
     constexpr int P = RT::P, C = RT::C, G = RT::G;
     __shared__ __align__(16) float s_tok[F_NUM][N];
     const int tid = threadIdx.x;
     const int rg = tid / P, q = tid % P, sj = tid % N;
-    const int64_t blk = blockIdx.x, s = p.seq.first + blk / p.H, h = blk % p.H;
+    const int64_t blk = blockIdx.x, s = p.first + blk / p.H, h = blk % p.H;
     /* every thread loads column sj (threads past N load it again: no load under a branch) */
     const float xr = load_elem(p.r, tok_base(p.r, s, h) + sj * p.r.s[3]);
     const float xw = load_elem(p.w, tok_base(p.w, s, h) + sj * p.w.s[3]);
@@ -1305,8 +1316,14 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
     if (p.seq.packed || p.T != 1) {
         if constexpr (N == 64) rwkv7_forward_ws_kernel<N><<<nb, RowTile<N, 1>::NT + N, 0, stream>>>(p);
         else rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
-    } else if (forward_rows(N, blocks, sms) == 1) rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
-    else if constexpr (N != 128) rwkv7_decode_kernel<N, 2><<<nb, RowTile<N, 2>::NT, 0, stream>>>(p);
+        return (int)cudaGetLastError();
+    }
+    Rwkv7DecodeParams d;
+    d.r = p.r, d.w = p.w, d.k = p.k, d.v = p.v, d.a = p.a, d.b = p.b, d.y = p.y;
+    d.state_in = p.state_in, d.state_out = p.state_out;
+    d.ckpt = p.ckpt, d.first = p.seq.first, d.H = p.H, d.form = p.form;
+    if (forward_rows(N, blocks, sms) == 1) rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(d);
+    else if constexpr (N != 128) rwkv7_decode_kernel<N, 2><<<nb, RowTile<N, 2>::NT, 0, stream>>>(d);
     return (int)cudaGetLastError();
 }
 

@@ -4,8 +4,10 @@
 // cudart, keeps every tensor on the GPU and times on the GPU's clock. Each sample is
 // `--inner` back-to-back calls between two events on the context's stream, divided by
 // --inner (with --graph the calls are first captured into a CUDA graph and the sample replays
-// it). Reported: the median and minimum per-call device time over --repeat samples, and the
-// host time one call takes to enqueue (host_us).
+// it; --graph-calls G captures G calls into the one graph, as a model's decode step would hold
+// them, and the sample replays it inner / G times). Reported: the median and minimum per-call
+// device time over --repeat samples, the host time one call takes to enqueue (host_us) and,
+// with --graph, the nodes of the graph (graph_nodes: kernels, copies, memsets, allocations).
 //
 // Passes: forward, backward (wkv_backward alone) and fwdbwd (forward then backward, the
 // "training step" of the anchors). Inputs look like an RWKV-7 model's (see
@@ -42,6 +44,7 @@ struct Opts {
     wkv_decay_form form = WKV_DECAY_CLAMPW;
     bool fwd = true, bwd = true, fwdbwd = true, state = true, graph = false, json = false;
     int repeat = 20, warmup = 3, inner = 1, device = 0;
+    int graph_calls = 1; // calls captured into the one graph (--graph-calls)
     uint64_t seed = 1;
 };
 
@@ -50,6 +53,7 @@ void usage() {
         "usage: wkv-cuda-bench [--B list] [--T list] [--H H] [--N N] [--dtype list]\n"
         "                      [--decay clampw|log|exp_neg_exp|direct] [--pass forward|backward|\n"
         "                      fwdbwd|all] [--repeat R] [--warmup W] [--inner K] [--graph]\n"
+        "                      [--graph-calls G]\n"
         "                      [--no-state] [--device I] [--seed S] [--json]\n"
         "Times the CUDA backend on device tensors with CUDA events (see the file's header).\n");
 }
@@ -91,18 +95,22 @@ double median(std::vector<double> v) {
 
 struct Sample {
     double med_ms, min_ms, host_us;
+    size_t graph_nodes; // nodes of the captured graph (0 without --graph)
 };
 
 // Times `fn` (which enqueues one call on `stream`).
 template <class F>
 Sample time_calls(const Opts& o, cudaStream_t stream, F fn) {
     cudaGraphExec_t exec = nullptr;
+    size_t nodes = 0;
     if (o.graph) {
         cudaGraph_t g = nullptr;
         CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        const bool ok = fn();
+        bool ok = true;
+        for (int c = 0; c < o.graph_calls && ok; c++) ok = fn();
         CK(cudaStreamEndCapture(stream, &g));
         if (!ok) std::exit(1);
+        CK(cudaGraphGetNodes(g, nullptr, &nodes));
         CK(cudaGraphInstantiate(&exec, g, 0));
         cudaGraphDestroy(g);
     }
@@ -118,17 +126,20 @@ Sample time_calls(const Opts& o, cudaStream_t stream, F fn) {
     CK(cudaEventCreate(&e1));
     std::vector<double> ms;
     double host = 0.0;
+    const int per = exec ? o.graph_calls : 1;            // calls per launch
+    const int launches = std::max(1, o.inner / per);     // launches per sample
+    const double calls = (double)launches * per;
     for (int r = 0; r < o.repeat; r++) {
         CK(cudaEventRecord(e0, stream));
         const double h0 = wkvt_now();
-        for (int k = 0; k < o.inner; k++)
+        for (int k = 0; k < launches; k++)
             if (!one()) std::exit(1);
         host += wkvt_now() - h0;
         CK(cudaEventRecord(e1, stream));
         CK(cudaEventSynchronize(e1));
         float t = 0.0f;
         CK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back((double)t / o.inner);
+        ms.push_back((double)t / calls);
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -136,7 +147,8 @@ Sample time_calls(const Opts& o, cudaStream_t stream, F fn) {
     Sample s;
     s.med_ms = median(ms);
     s.min_ms = *std::min_element(ms.begin(), ms.end());
-    s.host_us = host / (o.repeat * (double)o.inner) * 1e6;
+    s.host_us = host / (o.repeat * calls) * 1e6;
+    s.graph_nodes = nodes;
     return s;
 }
 
@@ -150,16 +162,19 @@ void report(const Opts& o, const char* device, const char* pass, wkv_dtype dt, i
                     "\"T\":%lld,\"H\":%lld,\"N\":%lld,\"threads\":0,\"pass\":\"%s\",\"decay\":\"%s\","
                     "\"state\":%s,\"repeat\":%d,\"inner\":%d,\"graph\":%s,\"timing\":\"cuda_events\","
                     "\"median_ms\":%.6g,\"min_ms\":%.6g,\"host_us\":%.4g,\"tokens_per_s\":%.6g,"
-                    "\"gflops\":%.6g,\"gbps\":%.6g}\n",
+                    "\"gflops\":%.6g,\"gbps\":%.6g,\"graph_nodes\":%zu,\"graph_calls\":%d}\n",
                     device, wkvt_dtype_name(dt), (long long)B, (long long)T, (long long)o.H,
                     (long long)o.N, pass, wkvt_decay_form_name(o.form), o.state ? "true" : "false",
                     o.repeat, o.inner, o.graph ? "true" : "false", s.med_ms, s.min_ms, s.host_us,
-                    tokens / sec, flops / sec * 1e-9, bytes / sec * 1e-9);
+                    tokens / sec, flops / sec * 1e-9, bytes / sec * 1e-9, s.graph_nodes, o.graph ? o.graph_calls : 0);
     } else {
+        char gtxt[48] = "";
+        if (o.graph) std::snprintf(gtxt, sizeof gtxt, " graph (%d call%s, %zu node%s)", o.graph_calls,
+                                o.graph_calls == 1 ? "" : "s", s.graph_nodes, s.graph_nodes == 1 ? "" : "s");
         std::printf("rwkv7 %-8s cuda %-4s B=%lld T=%lld H=%lld N=%lld%s: median %.4f ms (min %.4f)  "
                     "host %.2f us/call  %.4g tok/s  %.3g GFLOP/s  %.3g GB/s\n",
                     pass, wkvt_dtype_name(dt), (long long)B, (long long)T, (long long)o.H, (long long)o.N,
-                    o.graph ? " graph" : "", s.med_ms, s.min_ms, s.host_us, tokens / sec,
+                    gtxt, s.med_ms, s.min_ms, s.host_us, tokens / sec,
                     flops / sec * 1e-9, bytes / sec * 1e-9);
     }
     std::fflush(stdout);
@@ -313,6 +328,7 @@ int main(int argc, char** argv) {
         else if (a == "--warmup") o.warmup = std::max(0, atoi(val()));
         else if (a == "--inner") o.inner = std::max(1, atoi(val()));
         else if (a == "--graph") o.graph = true;
+        else if (a == "--graph-calls") o.graph_calls = std::max(1, atoi(val())), o.graph = true;
         else if (a == "--no-state") o.state = false;
         else if (a == "--device") o.device = atoi(val());
         else if (a == "--seed") o.seed = std::strtoull(val(), nullptr, 10);

@@ -1,0 +1,166 @@
+// RWKV-7 single-token decode on the CUDA backend (part of wkv_cuda_tests): a T = 1 forward on
+// device memory is exactly one kernel node when captured into a CUDA graph (no copy, memset or
+// allocation node: what a decode loop replays is that one kernel), its replays give the direct
+// call's bits, and both agree with the float64 reference. B = 1 and 3 take the decode kernel
+// with one row per thread, B = 256 (512 heads) the one with two (backends/cuda/rwkv7.cu,
+// forward_rows); N = 32 / 64 / 128; f32 and bf16 inputs; state_in and state_out apart (so a
+// replay recomputes the same step) or one buffer. Outputs are NaN-filled before every call.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "wkv/wkv_cuda.h"
+
+extern int g_wkv_cuda_skipped;
+extern int g_wkv_cuda_ran;
+
+using namespace wkvtest;
+
+namespace {
+
+bool decode_cuda_available() {
+    wkv_backend_info info{};
+    info.struct_size = sizeof info;
+    return wkv_backend_get_info(WKV_BACKEND_CUDA, &info) == WKV_OK && info.available;
+}
+
+#define DEC_CU(x) REQUIRE((x) == cudaSuccess)
+
+// A host tensor and its device copy.
+struct Dev {
+    HostTensor h;
+    void* d = nullptr;
+    explicit Dev(HostTensor t) : h(std::move(t)) {
+        DEC_CU(cudaMalloc(&d, h.buf.size()));
+        upload();
+    }
+    ~Dev() { cudaFree(d); }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+    void upload() { DEC_CU(cudaMemcpy(d, h.buf.data(), h.buf.size(), cudaMemcpyHostToDevice)); }
+    void poison() { DEC_CU(cudaMemset(d, 0xff, h.buf.size())); } // all-ones bits: NaN in f32/bf16
+    std::vector<unsigned char> bytes() const {
+        std::vector<unsigned char> b(h.buf.size());
+        DEC_CU(cudaMemcpy(b.data(), d, b.size(), cudaMemcpyDeviceToHost));
+        return b;
+    }
+    std::vector<double> values() const {
+        HostTensor t = h;
+        DEC_CU(cudaMemcpy(t.buf.data(), d, t.buf.size(), cudaMemcpyDeviceToHost));
+        return t.read();
+    }
+    wkv_tensor view() {
+        wkv_tensor t = h.view();
+        t.data = d;
+        t.device.type = WKV_DEVICE_CUDA;
+        t.device.id = 0;
+        return t;
+    }
+};
+
+void check_decode(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, int64_t N, wkv_dtype dt,
+                  bool in_place, uint64_t seed) {
+    INFO("B=" << B << " H=" << H << " N=" << N << " " << dtype_name(dt) << (in_place ? " in place" : "")
+              << " seed=" << seed);
+    Rng rng(seed);
+    Rwkv7Data d = random_rwkv7(rng, B, 1, H, N, WKV_DECAY_CLAMPW, true);
+    for (auto* x : d.inputs()) *x = rounded(dt, *x); // the reference sees what the GPU reads
+    std::vector<double> y_ref, s_ref;
+    ref_forward(d, y_ref, s_ref);
+
+    std::vector<std::unique_ptr<Dev>> in;
+    for (auto* x : d.inputs()) {
+        HostTensor t(dt, d.tok_shape());
+        t.fill(*x);
+        in.emplace_back(new Dev(std::move(t)));
+    }
+    HostTensor s0(WKV_DTYPE_F32, d.state_shape());
+    s0.fill(d.s0);
+    Dev state_in(s0), state_out(HostTensor(WKV_DTYPE_F32, d.state_shape())), y(HostTensor(dt, d.tok_shape()));
+
+    wkv_forward_desc f{};
+    f.struct_size = sizeof f;
+    f.op = WKV_OP_RWKV7;
+    f.decay_form = WKV_DECAY_CLAMPW;
+    wkv_tensor* xs[6] = {&f.r, &f.w, &f.k, &f.v, &f.a, &f.b};
+    for (int i = 0; i < 6; i++) *xs[i] = in[(size_t)i]->view();
+    f.y = y.view();
+    f.state_in = state_in.view();
+    f.state_out = in_place ? state_in.view() : state_out.view();
+    Dev& out = in_place ? state_in : state_out;
+
+    // direct
+    y.poison();
+    if (!in_place) state_out.poison();
+    REQUIRE(wkv_forward(ctx, &f) == WKV_OK);
+    DEC_CU(cudaStreamSynchronize(stream));
+    const double tol = dt.bits == 32 ? 2e-6 : 4e-3; /* y is rounded to the dtype on store */
+    CHECK(rel_err(y.values(), y_ref) < tol);
+    CHECK(rel_err(out.values(), s_ref) < 2e-6);
+    const std::vector<unsigned char> y_direct = y.bytes(), s_direct = out.bytes();
+
+    // captured: one kernel node, nothing else
+    if (in_place) state_in.upload();
+    y.poison();
+    if (!in_place) state_out.poison();
+    cudaGraph_t graph = nullptr;
+    DEC_CU(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const wkv_status st = wkv_forward(ctx, &f);
+    DEC_CU(cudaStreamEndCapture(stream, &graph));
+    INFO(wkv_last_error(ctx));
+    REQUIRE(st == WKV_OK);
+    size_t n = 0;
+    DEC_CU(cudaGraphGetNodes(graph, nullptr, &n));
+    REQUIRE(n == 1);
+    cudaGraphNode_t node = nullptr;
+    DEC_CU(cudaGraphGetNodes(graph, &node, &n));
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    DEC_CU(cudaGraphNodeGetType(node, &type));
+    CHECK(type == cudaGraphNodeTypeKernel);
+    cudaGraphExec_t exec = nullptr;
+    DEC_CU(cudaGraphInstantiate(&exec, graph, 0));
+    DEC_CU(cudaGraphLaunch(exec, stream));
+    if (!in_place) DEC_CU(cudaGraphLaunch(exec, stream)); /* a replay of the same step */
+    DEC_CU(cudaStreamSynchronize(stream));
+    CHECK(y.bytes() == y_direct);
+    CHECK(out.bytes() == s_direct);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+}
+
+} // namespace
+
+TEST_CASE("cuda rwkv7 decode: T = 1 is one kernel node in a graph, replays give the direct bits, "
+          "both match the reference") {
+    if (!decode_cuda_available()) {
+        MESSAGE("SKIPPED: no CUDA device");
+        ++g_wkv_cuda_skipped;
+        return;
+    }
+    ++g_wkv_cuda_ran;
+    wkv_context* ctx = nullptr;
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.backend = WKV_BACKEND_CUDA;
+    REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    cudaStream_t stream = nullptr;
+    DEC_CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    REQUIRE(wkv_cuda_set_stream(ctx, stream) == WKV_OK);
+    const uint64_t seed = test_seed();
+    for (int64_t N : {32, 64, 128})
+        for (wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_BF16}) {
+            check_decode(ctx, stream, 1, 4096 / (N * 2), N, dt, false, seed);
+            check_decode(ctx, stream, 3, 2, N, dt, true, seed + 1);
+        }
+    check_decode(ctx, stream, 256, 2, 64, WKV_DTYPE_F32, false, seed + 2);
+    check_decode(ctx, stream, 256, 2, 64, WKV_DTYPE_BF16, true, seed + 3);
+    REQUIRE(wkv_cuda_set_stream(ctx, nullptr) == WKV_OK);
+    cudaStreamDestroy(stream);
+    wkv_context_destroy(ctx);
+}
