@@ -14,9 +14,10 @@
  * (rows rg R .. rg R + R - 1) times the N / L key columns
  *     J(q) = { 4 (g L + q) + e : g < N / (4 L), e < 4 },   q = lane within the row group,
  * so a block has (N / R) * L threads (Tile below). Forward: R = 1 row (2 in the decode kernel
- * at large batch), L = P = 2 lanes, 2 N threads (N in that case); backward: N=32: R=2, L=8,
- * 128 threads; N=64: R=4, L=8, 128; N=128: R=2, L=8, 512 (its column form: one column per
- * LC = threads / N lanes, see BwdLayout). Token vectors (r, decay, k, a, b)
+ * at large batch), L = P = 2 lanes, 2 N threads (N in that case; the decode kernel at small
+ * batch splits each lane's columns over 2 lanes, 4 N threads, same bits); backward: N=32:
+ * R=2, L=8, 128 threads; N=64: R=4, L=8, 128; N=128: R=2, L=8, 512 (its column form: one
+ * column per LC = threads / N lanes, see BwdLayout). Token vectors (r, decay, k, a, b)
  * sit in shared memory; each float4 a thread reads serves its R rows. The float4 groups are
  * interleaved across the L lanes so a warp's reads hit distinct banks. Row sums (sa, y; in
  * backward dv and d sa) are butterfly-reduced over the L lanes of a row group (adjacent lanes
@@ -67,6 +68,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "cuda_elem.cuh"
 #include "cuda_internal.h"
@@ -395,6 +397,29 @@ __device__ __forceinline__ float row_dot(const float (&x)[4 * G], const float4 (
         acc[c + 3] = fmaf(x[4 * g + 3], y4[g].w, acc[c + 3]);
     }
     return lanes_sum<P>(((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])));
+}
+
+/* row_dot<2, 2 G> of a row split over 4 lanes instead of 2, bit for bit: lane q' = q + 2 h of
+ * the row (q the P = 2 lane, h = 0 / 1) owns P = 2 lane q's groups of even / odd index g, which
+ * are its groups 4 g' + q' in the 4-lane layout J(q') (Tile<N, R, 4>), g = 2 g' + h, in the same
+ * order. row_dot<2, 2 G> keeps even g in acc[0..3] and odd g in acc[4..7], each a chain over g,
+ * so lane h = 0 computes acc[0..3] and lane h = 1 acc[4..7] exactly; one exchange with the lane
+ * q' ^ 2 gives both the pair sums (acc[e] + acc[e + 4], commutative, so the same bits in both),
+ * then the P = 2 sum over q (q' ^ 1). */
+template <int G>
+__device__ __forceinline__ float row_dot_half(const float (&x)[4 * G], const float4 (&y4)[G]) {
+    float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        m[0] = fmaf(x[4 * g + 0], y4[g].x, m[0]);
+        m[1] = fmaf(x[4 * g + 1], y4[g].y, m[1]);
+        m[2] = fmaf(x[4 * g + 2], y4[g].z, m[2]);
+        m[3] = fmaf(x[4 * g + 3], y4[g].w, m[3]);
+    }
+    float o[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[e] = __shfl_xor_sync(0xffffffffu, m[e], 2);
+    return lanes_sum<2>(((m[0] + o[0]) + (m[1] + o[1])) + ((m[2] + o[2]) + (m[3] + o[3])));
 }
 
 /* One token on one row slice: sa = S . a, then S <- S o decay + sa b + v k. Returns sa. The
@@ -763,20 +788,92 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
     store_state_rows<T>(p.state_out, s, h, rg, q, S);
 }
 
-/* Rows per thread of the decode kernel (memory bound): two (16 float4 state loads in flight
- * per thread) when that still gives the GPU a warp per scheduler, else one. The chunked
- * kernel always takes one row (measured at the B = 8 anchor: R = 1, P = 2 2.72 ms; R = 2,
- * P = 4 3.33; R = 4, P = 4 3.78; R = 1, P = 1 4.93). WKV_CUDA_RWKV7_ROWS (1 or 2) overrides
- * the decode choice, for tests and measurements. */
-int forward_rows(int N, int64_t blocks, int sms) {
+/* Unpacked T = 1 at small batch (decode_layout): rwkv7_decode_kernel<N, 1> with each row over 4
+ * lanes instead of 2 (row_dot_half: the same bits), so a head has 4 N threads, twice the warps
+ * and half the chain per warp. Used while every block has an SM to itself, where the extra
+ * warps cost no occupancy. */
+template <int N>
+__global__ void __launch_bounds__(4 * N)
+    rwkv7_decode_half_kernel(const __grid_constant__ Rwkv7DecodeParams p) {
+    using T = Tile<N, 1, 4>;
+    constexpr int G = T::G;
+    static_assert(2 * G == RowTile<N, 1>::G && RowTile<N, 1>::P == 2 && T::TPJ == 4, "half of P = 2's groups");
+    __shared__ __align__(16) float s_tok[F_NUM][N];
+    const int tid = threadIdx.x;
+    const int rg = tid / 4, q = tid % 4, sj = tid % N;
+    const unsigned blk = blockIdx.x, H = (unsigned)p.H; /* a grid holds < 2^31 blocks */
+    const int64_t s = p.first + blk / H, h = blk % H;
+    const float xr = load_elem(p.r, tok_base(p.r, s, h) + sj * p.r.s[3]);
+    const float xw = load_elem(p.w, tok_base(p.w, s, h) + sj * p.w.s[3]);
+    const float xk = load_elem(p.k, tok_base(p.k, s, h) + sj * p.k.s[3]);
+    const float xv = load_elem(p.v, tok_base(p.v, s, h) + sj * p.v.s[3]);
+    const float xa = load_elem(p.a, tok_base(p.a, s, h) + sj * p.a.s[3]);
+    const float xb = load_elem(p.b, tok_base(p.b, s, h) + sj * p.b.s[3]);
+    float S[1][4 * G];
+    load_state_rows<T>(p.state_in, s, h, rg, q, S);
+    if (p.ckpt) { /* the same addresses and bits as rwkv7_decode_kernel's checkpoint */
+        float* ck = p.ckpt + ((size_t)s * p.H + (size_t)h) * (size_t)(N * N);
+        store_row_slices<N, 1, 4, G>(ck, S, rg, q);
+    }
+    if (tid < N) {
+        float ddw;
+        s_tok[F_R][sj] = xr;
+        s_tok[F_D][sj] = decay_of(p.form, xw, &ddw);
+        s_tok[F_K][sj] = xk;
+        s_tok[F_V][sj] = xv;
+        s_tok[F_A][sj] = xa;
+        s_tok[F_B][sj] = xb;
+    }
+    __syncthreads();
+    float4 a4[G], d4[G], k4[G], b4[G], r4[G];
+    lds_groups<4, G>(s_tok[F_A], q, a4);
+    lds_groups<4, G>(s_tok[F_D], q, d4);
+    lds_groups<4, G>(s_tok[F_K], q, k4);
+    lds_groups<4, G>(s_tok[F_B], q, b4);
+    lds_groups<4, G>(s_tok[F_R], q, r4);
+    const float v = s_tok[F_V][rg];
+    /* row_update's arithmetic with row_dot_half for the sums */
+    const float sa = row_dot_half<G>(S[0], a4);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        float* x = &S[0][4 * g];
+        x[0] = fmaf(x[0], d4[g].x, fmaf(sa, b4[g].x, v * k4[g].x));
+        x[1] = fmaf(x[1], d4[g].y, fmaf(sa, b4[g].y, v * k4[g].y));
+        x[2] = fmaf(x[2], d4[g].z, fmaf(sa, b4[g].z, v * k4[g].z));
+        x[3] = fmaf(x[3], d4[g].w, fmaf(sa, b4[g].w, v * k4[g].w));
+    }
+    const float y = row_dot_half<G>(S[0], r4);
+    if (p.y.data && q == 0) store_elem(p.y, tok_base(p.y, s, h) + (int64_t)rg * p.y.s[3], y);
+    store_state_rows<T>(p.state_out, s, h, rg, q, S);
+}
+
+enum class DecodeLayout { kHalfRows, kOneRow, kTwoRows };
+
+/* The decode kernel's layout, by batch (chosen here only):
+ *  - two rows per thread (16 float4 state loads in flight per thread: memory bound, B = 256
+ *    104 us) when that still gives the GPU a warp per scheduler;
+ *  - each row over 4 lanes (rwkv7_decode_half_kernel, 4 N threads per head) while every block
+ *    has an SM to itself (B x H <= SMs: B <= 4 at H = 32 on an H100), where the per-warp chain
+ *    of loads, barrier and dot products is the time, not the bandwidth (NOTES v16);
+ *  - else one row (2 N threads per head).
+ * The chunked kernel always takes one row (measured at the B = 8 anchor: R = 1, P = 2 2.72 ms;
+ * R = 2, P = 4 3.33; R = 4, P = 4 3.78; R = 1, P = 1 4.93). All three give the same bits.
+ * WKV_CUDA_RWKV7_ROWS = 1 / 2 / half forces a layout, for tests and measurements. */
+DecodeLayout decode_layout(int N, int64_t blocks, int sms) {
     static const int forced = [] {
         const char* e = std::getenv("WKV_CUDA_RWKV7_ROWS");
-        const int x = e ? std::atoi(e) : 0;
+        if (!e) return 0;
+        if (std::strcmp(e, "half") == 0) return 3;
+        const int x = std::atoi(e);
         return x == 1 || x == 2 ? x : 0;
     }();
-    if (N == 128) return 1; /* R = 2: 128 state registers per thread */
-    if (forced) return forced;
-    return blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * (int64_t)(sms > 0 ? sms : 1) ? 2 : 1;
+    const int64_t S = sms > 0 ? sms : 1;
+    const int x = forced ? forced
+                         : blocks <= S ? 3
+                         : blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * S ? 2 : 1;
+    if (x == 3) return DecodeLayout::kHalfRows;
+    if (x == 2 && N != 128) return DecodeLayout::kTwoRows; /* N = 128: 128 state registers */
+    return DecodeLayout::kOneRow;
 }
 
 /* ------------------------------------------------------------------------------ backward */
@@ -1322,8 +1419,13 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
     d.r = p.r, d.w = p.w, d.k = p.k, d.v = p.v, d.a = p.a, d.b = p.b, d.y = p.y;
     d.state_in = p.state_in, d.state_out = p.state_out;
     d.ckpt = p.ckpt, d.first = p.seq.first, d.H = p.H, d.form = p.form;
-    if (forward_rows(N, blocks, sms) == 1) rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(d);
-    else if constexpr (N != 128) rwkv7_decode_kernel<N, 2><<<nb, RowTile<N, 2>::NT, 0, stream>>>(d);
+    switch (decode_layout(N, blocks, sms)) {
+    case DecodeLayout::kHalfRows: rwkv7_decode_half_kernel<N><<<nb, 4 * N, 0, stream>>>(d); break;
+    case DecodeLayout::kOneRow: rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(d); break;
+    case DecodeLayout::kTwoRows:
+        if constexpr (N != 128) rwkv7_decode_kernel<N, 2><<<nb, RowTile<N, 2>::NT, 0, stream>>>(d);
+        break;
+    }
     return (int)cudaGetLastError();
 }
 

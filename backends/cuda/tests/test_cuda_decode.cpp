@@ -2,9 +2,11 @@
 // device memory is exactly one kernel node when captured into a CUDA graph (no copy, memset or
 // allocation node: what a decode loop replays is that one kernel), its replays give the direct
 // call's bits, and both agree with the float64 reference. B = 1 and 3 take the decode kernel
-// with one row per thread, B = 256 (512 heads) the one with two (backends/cuda/rwkv7.cu,
-// forward_rows); N = 32 / 64 / 128; f32 and bf16 inputs; state_in and state_out apart (so a
-// replay recomputes the same step) or one buffer. Outputs are NaN-filled before every call.
+// with each row over 4 lanes, B = 256 (512 heads) the one with two rows per thread
+// (backends/cuda/rwkv7.cu, decode_layout); N = 32 / 64 / 128; f32 and bf16 inputs; state_in and
+// state_out apart (so a replay recomputes the same step) or one buffer. And T one-token calls
+// in place give one T-token call's bits (y and state) at those small batches, in every layout
+// (the layouts must not change the arithmetic). Outputs are NaN-filled before every call.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
@@ -134,6 +136,57 @@ void check_decode(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, i
     cudaGraphDestroy(graph);
 }
 
+// T one-token calls (views of token t of the full tensors, state in place) against one T-token
+// call: the same bits.
+void check_steps(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, int64_t N, wkv_dtype dt,
+                 uint64_t seed) {
+    const int64_t T = 5;
+    INFO("steps B=" << B << " H=" << H << " N=" << N << " " << dtype_name(dt) << " seed=" << seed);
+    Rng rng(seed);
+    Rwkv7Data d = random_rwkv7(rng, B, T, H, N, WKV_DECAY_CLAMPW, true);
+    std::vector<std::unique_ptr<Dev>> in;
+    for (auto* x : d.inputs()) {
+        HostTensor t(dt, d.tok_shape());
+        t.fill(*x);
+        in.emplace_back(new Dev(std::move(t)));
+    }
+    HostTensor s0(WKV_DTYPE_F32, d.state_shape());
+    s0.fill(d.s0);
+    Dev st_all(s0), st_steps(s0), y_all(HostTensor(dt, d.tok_shape())), y_steps(HostTensor(dt, d.tok_shape()));
+    y_all.poison();
+    y_steps.poison();
+    wkv_forward_desc f{};
+    f.struct_size = sizeof f;
+    f.op = WKV_OP_RWKV7;
+    f.decay_form = WKV_DECAY_CLAMPW;
+    wkv_tensor* xs[6] = {&f.r, &f.w, &f.k, &f.v, &f.a, &f.b};
+    for (int i = 0; i < 6; i++) *xs[i] = in[(size_t)i]->view();
+    f.y = y_all.view();
+    f.state_in = f.state_out = st_all.view();
+    REQUIRE(wkv_forward(ctx, &f) == WKV_OK);
+    const int64_t one_shape[4] = {B, 1, H, N};
+    const int64_t strides[4] = {T * H * N, H * N, N, 1};
+    for (int64_t t = 0; t < T; t++) {
+        wkv_forward_desc g = f;
+        wkv_tensor* gs[7] = {&g.r, &g.w, &g.k, &g.v, &g.a, &g.b, &g.y};
+        g.y = y_steps.view();
+        for (wkv_tensor* x : gs) {
+            x->shape = one_shape;
+            x->strides = strides;
+            x->byte_offset = (uint64_t)(t * H * N) * (dt.bits / 8u);
+        }
+        g.state_in = g.state_out = st_steps.view();
+        REQUIRE(wkv_forward(ctx, &g) == WKV_OK);
+    }
+    DEC_CU(cudaStreamSynchronize(stream));
+    CHECK(y_steps.bytes() == y_all.bytes());
+    CHECK(st_steps.bytes() == st_all.bytes());
+    std::vector<double> y_ref, s_ref;
+    for (auto* x : d.inputs()) *x = rounded(dt, *x);
+    ref_forward(d, y_ref, s_ref);
+    CHECK(rel_err(st_steps.values(), s_ref) < 2e-6);
+}
+
 } // namespace
 
 TEST_CASE("cuda rwkv7 decode: T = 1 is one kernel node in a graph, replays give the direct bits, "
@@ -159,6 +212,7 @@ TEST_CASE("cuda rwkv7 decode: T = 1 is one kernel node in a graph, replays give 
             check_decode(ctx, stream, 3, 2, N, dt, true, seed + 1);
         }
     check_decode(ctx, stream, 256, 2, 64, WKV_DTYPE_F32, false, seed + 2);
+    for (int64_t N : {32, 64, 128}) check_steps(ctx, stream, 2, 3, N, N == 64 ? WKV_DTYPE_BF16 : WKV_DTYPE_F32, seed + 4);
     check_decode(ctx, stream, 256, 2, 64, WKV_DTYPE_BF16, true, seed + 3);
     REQUIRE(wkv_cuda_set_stream(ctx, nullptr) == WKV_OK);
     cudaStreamDestroy(stream);
