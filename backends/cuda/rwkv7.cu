@@ -14,10 +14,9 @@
  * (rows rg R .. rg R + R - 1) times the N / L key columns
  *     J(q) = { 4 (g L + q) + e : g < N / (4 L), e < 4 },   q = lane within the row group,
  * so a block has (N / R) * L threads (Tile below). Forward: R = 1 row (2 in the decode kernel
- * at large batch), L = P = 2 lanes, 2 N threads (N in that case; the decode kernel at small
- * batch splits each lane's columns over 2 lanes, 4 N threads, same bits); backward: N=32:
- * R=2, L=8, 128 threads; N=64: R=4, L=8, 128; N=128: R=2, L=8, 512 (its column form: one
- * column per LC = threads / N lanes, see BwdLayout). Token vectors (r, decay, k, a, b)
+ * at large batch), L = P = 2 lanes, 2 N threads (N in that case); backward: N=32: R=2, L=8,
+ * 128 threads; N=64: R=4, L=8, 128; N=128: R=2, L=8, 512 (its column form: one column per
+ * LC = threads / N lanes, see BwdLayout). Token vectors (r, decay, k, a, b)
  * sit in shared memory; each float4 a thread reads serves its R rows. The float4 groups are
  * interleaved across the L lanes so a warp's reads hit distinct banks. Row sums (sa, y; in
  * backward dv and d sa) are butterfly-reduced over the L lanes of a row group (adjacent lanes
@@ -67,6 +66,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -399,29 +399,6 @@ __device__ __forceinline__ float row_dot(const float (&x)[4 * G], const float4 (
     return lanes_sum<P>(((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])));
 }
 
-/* row_dot<2, 2 G> of a row split over 4 lanes instead of 2, bit for bit: lane q' = q + 2 h of
- * the row (q the P = 2 lane, h = 0 / 1) owns P = 2 lane q's groups of even / odd index g, which
- * are its groups 4 g' + q' in the 4-lane layout J(q') (Tile<N, R, 4>), g = 2 g' + h, in the same
- * order. row_dot<2, 2 G> keeps even g in acc[0..3] and odd g in acc[4..7], each a chain over g,
- * so lane h = 0 computes acc[0..3] and lane h = 1 acc[4..7] exactly; one exchange with the lane
- * q' ^ 2 gives both the pair sums (acc[e] + acc[e + 4], commutative, so the same bits in both),
- * then the P = 2 sum over q (q' ^ 1). */
-template <int G>
-__device__ __forceinline__ float row_dot_half(const float (&x)[4 * G], const float4 (&y4)[G]) {
-    float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        m[0] = fmaf(x[4 * g + 0], y4[g].x, m[0]);
-        m[1] = fmaf(x[4 * g + 1], y4[g].y, m[1]);
-        m[2] = fmaf(x[4 * g + 2], y4[g].z, m[2]);
-        m[3] = fmaf(x[4 * g + 3], y4[g].w, m[3]);
-    }
-    float o[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[e] = __shfl_xor_sync(0xffffffffu, m[e], 2);
-    return lanes_sum<2>(((m[0] + o[0]) + (m[1] + o[1])) + ((m[2] + o[2]) + (m[3] + o[3])));
-}
-
 /* One token on one row slice: sa = S . a, then S <- S o decay + sa b + v k. Returns sa. The
  * forward kernels and the backward's replay share it (one arithmetic for the recurrence). */
 template <int P, int G>
@@ -731,149 +708,230 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
     }
 }
 
-/* What the decode kernel reads: Rwkv7FwdParams less the packed offsets and checkpoint
- * segments (~2.1 KB of it), so a launch carries 456 bytes of parameters instead of 2.6 KB.
- * Filled from Rwkv7FwdParams in launch_fwd. */
+/* The decode kernel (unpacked T = 1) in two forms with one body (decode_body), which differ only
+ * in how a block finds its tensors:
+ *  - DecodeViews: any strides, a dtype per tensor (Rwkv7DecodeParams: Rwkv7FwdParams less the
+ *    packed offsets and checkpoint segments, 456 bytes of parameters instead of 2.6 KB);
+ *  - DecodeDense<E>: the layout a decode loop has (every token tensor [B, 1, H, N] dense, one
+ *    dtype E for r w k v a b and y; states absent or dense value-major [B, H, N, N], 16-byte
+ *    aligned; checked on the host, decode_dense), so the kernel reads 9 pointers, no strides,
+ *    and block b's tensors start at b N (states b N N): no 64-bit index arithmetic, no division
+ *    for (sequence, head), one load per element. Measured at B = 1 (NOTES v16): the general
+ *    form's parameter reads and address arithmetic (constant-cache misses, ~250 instructions
+ *    per warp before the first load) were ~1 us of a 3.8 us replay.
+ * Both give the same bits (same loads' values, same row_step). */
 struct Rwkv7DecodeParams {
-    DevView r, w, k, v, a, b, y, state_in, state_out;
+    DevView x[F_NUM]; /* r w k v a b, in F_ order (F_D: w) */
+    DevView y, state_in, state_out;
     float* ckpt;   /* saving: the one checkpoint of (s, h) at (s H + h) N N (seg0 = s) */
     int64_t first; /* global index of the launch's first sequence */
     int32_t H;
     int32_t form;
 };
 
-/* Unpacked T = 1: the chunked kernel's work for one token, without its loop: token loads and
- * state loads issued together, one barrier. */
-template <int N, int R>
-__global__ void __launch_bounds__(RowTile<N, R>::NT)
-    rwkv7_decode_kernel(const __grid_constant__ Rwkv7DecodeParams p) {
+struct Rwkv7DecodeDense {
+    const void* x[F_NUM];  /* r w k v a b at the launch's first sequence, head 0 */
+    void* y;               /* likewise, or nullptr */
+    const float* state_in; /* at the launch's first sequence; nullptr: zeros */
+    float* state_out;      /* likewise; nullptr: not written */
+    float* ckpt;           /* saving: the launch's first (sequence, head)'s checkpoint; or nullptr */
+    int32_t form;
+    int32_t pad_;
+};
+
+template <int N>
+struct DecodeViews {
+    const Rwkv7DecodeParams& p;
+    int64_t s, h;
+    __device__ explicit DecodeViews(const Rwkv7DecodeParams& p_) : p(p_) {
+        const int64_t blk = blockIdx.x;
+        s = p.first + blk / p.H;
+        h = blk % p.H;
+    }
+    __device__ float tok(int f, int j) const {
+        return load_elem(p.x[f], tok_base(p.x[f], s, h) + j * p.x[f].s[3]);
+    }
+    template <class T>
+    __device__ void load_state(int rg, int q, float (&S)[T::R][T::C]) const {
+        load_state_rows<T>(p.state_in, s, h, rg, q, S);
+    }
+    template <class T>
+    __device__ void store_state(int rg, int q, const float (&S)[T::R][T::C]) const {
+        store_state_rows<T>(p.state_out, s, h, rg, q, S);
+    }
+    __device__ float* ckpt() const {
+        return p.ckpt ? p.ckpt + ((size_t)s * p.H + (size_t)h) * (size_t)(N * N) : nullptr;
+    }
+    __device__ bool has_y() const { return p.y.data != nullptr; }
+    __device__ void store_y(int row, float y) const {
+        store_elem(p.y, tok_base(p.y, s, h) + (int64_t)row * p.y.s[3], y);
+    }
+    __device__ int form() const { return p.form; }
+};
+
+template <int N, int E> /* E: wkv_elem of the token tensors (0 f32, 1 f16, 2 bf16) */
+struct DecodeDense {
+    const Rwkv7DecodeDense& p;
+    int64_t blk; /* (sequence - first) H + head */
+    __device__ explicit DecodeDense(const Rwkv7DecodeDense& p_) : p(p_), blk(blockIdx.x) {}
+    __device__ float tok(int f, int j) const {
+        const int64_t i = blk * N + j;
+        if constexpr (E == 0) return static_cast<const float*>(p.x[f])[i];
+        else if constexpr (E == 1) return __half2float(static_cast<const __half*>(p.x[f])[i]);
+        else return __bfloat162float(static_cast<const __nv_bfloat16*>(p.x[f])[i]);
+    }
+    /* rows rg R.., float4 groups g L + q of the row-major N x N slice (load_state_rows' tile) */
+    template <class T>
+    __device__ void load_state(int rg, int q, float (&S)[T::R][T::C]) const {
+        if (!p.state_in) { /* one branch around all the loads (see load_state_rows) */
+#pragma unroll
+            for (int rr = 0; rr < T::R; ++rr)
+#pragma unroll
+                for (int x = 0; x < T::C; ++x) S[rr][x] = 0.0f;
+            return;
+        }
+#pragma unroll
+        for (int rr = 0; rr < T::R; ++rr)
+#pragma unroll
+            for (int g = 0; g < T::G; ++g) {
+                const float4 x =
+                    *reinterpret_cast<const float4*>(p.state_in + (blk * N + rg * T::R + rr) * N + 4 * (g * T::L + q));
+                S[rr][4 * g] = x.x, S[rr][4 * g + 1] = x.y, S[rr][4 * g + 2] = x.z, S[rr][4 * g + 3] = x.w;
+            }
+    }
+    template <class T>
+    __device__ void store_state(int rg, int q, const float (&S)[T::R][T::C]) const {
+        if (!p.state_out) return;
+#pragma unroll
+        for (int rr = 0; rr < T::R; ++rr)
+#pragma unroll
+            for (int g = 0; g < T::G; ++g)
+                *reinterpret_cast<float4*>(p.state_out + (blk * N + rg * T::R + rr) * N + 4 * (g * T::L + q)) =
+                    make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
+    }
+    __device__ float* ckpt() const { return p.ckpt ? p.ckpt + blk * (N * N) : nullptr; }
+    __device__ bool has_y() const { return p.y != nullptr; }
+    __device__ void store_y(int row, float y) const {
+        const int64_t i = blk * N + row;
+        if constexpr (E == 0) static_cast<float*>(p.y)[i] = y;
+        else if constexpr (E == 1) static_cast<__half*>(p.y)[i] = __float2half_rn(y);
+        else static_cast<__nv_bfloat16*>(p.y)[i] = __float2bfloat16_rn(y);
+    }
+    __device__ int form() const { return p.form; }
+};
+
+/* The chunked kernel's work for one token, without its loop: token loads and state loads issued
+ * together, one barrier. */
+template <int N, int R, class Acc>
+__device__ __forceinline__ void decode_body(const Acc& acc) {
     using RT = RowTile<N, R>;
     using T = typename RT::StateTile;
     constexpr int P = RT::P, C = RT::C, G = RT::G;
     __shared__ __align__(16) float s_tok[F_NUM][N];
     const int tid = threadIdx.x;
     const int rg = tid / P, q = tid % P, sj = tid % N;
-    const int64_t blk = blockIdx.x, s = p.first + blk / p.H, h = blk % p.H;
     /* every thread loads column sj (threads past N load it again: no load under a branch) */
-    const float xr = load_elem(p.r, tok_base(p.r, s, h) + sj * p.r.s[3]);
-    const float xw = load_elem(p.w, tok_base(p.w, s, h) + sj * p.w.s[3]);
-    const float xk = load_elem(p.k, tok_base(p.k, s, h) + sj * p.k.s[3]);
-    const float xv = load_elem(p.v, tok_base(p.v, s, h) + sj * p.v.s[3]);
-    const float xa = load_elem(p.a, tok_base(p.a, s, h) + sj * p.a.s[3]);
-    const float xb = load_elem(p.b, tok_base(p.b, s, h) + sj * p.b.s[3]);
+    float x[F_NUM];
+#pragma unroll
+    for (int f = 0; f < F_NUM; ++f) x[f] = acc.tok(f, sj);
     float S[R][C];
-    load_state_rows<T>(p.state_in, s, h, rg, q, S);
-    if (p.ckpt) { /* saving: the one checkpoint is the state before the token (seg0 = s) */
-        float* ck = p.ckpt + ((size_t)s * p.H + (size_t)h) * (size_t)(N * N);
-        store_row_slices<N, R, P, G>(ck, S, rg, q);
-    }
+    acc.template load_state<T>(rg, q, S);
+    if (float* ck = acc.ckpt()) store_row_slices<N, R, P, G>(ck, S, rg, q); /* the state before the token */
     if (tid < N) {
         float ddw;
-        s_tok[F_R][sj] = xr;
-        s_tok[F_D][sj] = decay_of(p.form, xw, &ddw);
-        s_tok[F_K][sj] = xk;
-        s_tok[F_V][sj] = xv;
-        s_tok[F_A][sj] = xa;
-        s_tok[F_B][sj] = xb;
+        x[F_D] = decay_of(acc.form(), x[F_D], &ddw);
+#pragma unroll
+        for (int f = 0; f < F_NUM; ++f) s_tok[f][sj] = x[f];
     }
     __syncthreads();
     const float* const tok[F_NUM] = {s_tok[F_R], s_tok[F_D], s_tok[F_K], s_tok[F_V], s_tok[F_A], s_tok[F_B]};
     float y[R];
     row_step<R, P, G>(S, tok, rg, q, y);
-    if (p.y.data && q == 0) {
-        const int64_t by = tok_base(p.y, s, h) + (int64_t)(rg * R) * p.y.s[3];
+    if (acc.has_y() && q == 0) {
 #pragma unroll
-        for (int rr = 0; rr < R; ++rr) store_elem(p.y, by + rr * p.y.s[3], y[rr]);
+        for (int rr = 0; rr < R; ++rr) acc.store_y(rg * R + rr, y[rr]);
     }
-    store_state_rows<T>(p.state_out, s, h, rg, q, S);
+    acc.template store_state<T>(rg, q, S);
 }
 
-/* Unpacked T = 1 at small batch (decode_layout): rwkv7_decode_kernel<N, 1> with each row over 4
- * lanes instead of 2 (row_dot_half: the same bits), so a head has 4 N threads, twice the warps
- * and half the chain per warp. Used while every block has an SM to itself, where the extra
- * warps cost no occupancy. */
-template <int N>
-__global__ void __launch_bounds__(4 * N)
-    rwkv7_decode_half_kernel(const __grid_constant__ Rwkv7DecodeParams p) {
-    using T = Tile<N, 1, 4>;
-    constexpr int G = T::G;
-    static_assert(2 * G == RowTile<N, 1>::G && RowTile<N, 1>::P == 2 && T::TPJ == 4, "half of P = 2's groups");
-    __shared__ __align__(16) float s_tok[F_NUM][N];
-    const int tid = threadIdx.x;
-    const int rg = tid / 4, q = tid % 4, sj = tid % N;
-    const unsigned blk = blockIdx.x, H = (unsigned)p.H; /* a grid holds < 2^31 blocks */
-    const int64_t s = p.first + blk / H, h = blk % H;
-    const float xr = load_elem(p.r, tok_base(p.r, s, h) + sj * p.r.s[3]);
-    const float xw = load_elem(p.w, tok_base(p.w, s, h) + sj * p.w.s[3]);
-    const float xk = load_elem(p.k, tok_base(p.k, s, h) + sj * p.k.s[3]);
-    const float xv = load_elem(p.v, tok_base(p.v, s, h) + sj * p.v.s[3]);
-    const float xa = load_elem(p.a, tok_base(p.a, s, h) + sj * p.a.s[3]);
-    const float xb = load_elem(p.b, tok_base(p.b, s, h) + sj * p.b.s[3]);
-    float S[1][4 * G];
-    load_state_rows<T>(p.state_in, s, h, rg, q, S);
-    if (p.ckpt) { /* the same addresses and bits as rwkv7_decode_kernel's checkpoint */
-        float* ck = p.ckpt + ((size_t)s * p.H + (size_t)h) * (size_t)(N * N);
-        store_row_slices<N, 1, 4, G>(ck, S, rg, q);
-    }
-    if (tid < N) {
-        float ddw;
-        s_tok[F_R][sj] = xr;
-        s_tok[F_D][sj] = decay_of(p.form, xw, &ddw);
-        s_tok[F_K][sj] = xk;
-        s_tok[F_V][sj] = xv;
-        s_tok[F_A][sj] = xa;
-        s_tok[F_B][sj] = xb;
-    }
-    __syncthreads();
-    float4 a4[G], d4[G], k4[G], b4[G], r4[G];
-    lds_groups<4, G>(s_tok[F_A], q, a4);
-    lds_groups<4, G>(s_tok[F_D], q, d4);
-    lds_groups<4, G>(s_tok[F_K], q, k4);
-    lds_groups<4, G>(s_tok[F_B], q, b4);
-    lds_groups<4, G>(s_tok[F_R], q, r4);
-    const float v = s_tok[F_V][rg];
-    /* row_update's arithmetic with row_dot_half for the sums */
-    const float sa = row_dot_half<G>(S[0], a4);
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        float* x = &S[0][4 * g];
-        x[0] = fmaf(x[0], d4[g].x, fmaf(sa, b4[g].x, v * k4[g].x));
-        x[1] = fmaf(x[1], d4[g].y, fmaf(sa, b4[g].y, v * k4[g].y));
-        x[2] = fmaf(x[2], d4[g].z, fmaf(sa, b4[g].z, v * k4[g].z));
-        x[3] = fmaf(x[3], d4[g].w, fmaf(sa, b4[g].w, v * k4[g].w));
-    }
-    const float y = row_dot_half<G>(S[0], r4);
-    if (p.y.data && q == 0) store_elem(p.y, tok_base(p.y, s, h) + (int64_t)rg * p.y.s[3], y);
-    store_state_rows<T>(p.state_out, s, h, rg, q, S);
+template <int N, int R>
+__global__ void __launch_bounds__(RowTile<N, R>::NT)
+    rwkv7_decode_kernel(const __grid_constant__ Rwkv7DecodeParams p) {
+    decode_body<N, R>(DecodeViews<N>(p));
 }
 
-enum class DecodeLayout { kHalfRows, kOneRow, kTwoRows };
+template <int N, int R, int E>
+__global__ void __launch_bounds__(RowTile<N, R>::NT)
+    rwkv7_decode_dense_kernel(const __grid_constant__ Rwkv7DecodeDense p) {
+    decode_body<N, R>(DecodeDense<N, E>(p));
+}
 
-/* The decode kernel's layout, by batch (chosen here only):
- *  - two rows per thread (16 float4 state loads in flight per thread: memory bound, B = 256
- *    104 us) when that still gives the GPU a warp per scheduler;
- *  - each row over 4 lanes (rwkv7_decode_half_kernel, 4 N threads per head) while every block
- *    has an SM to itself (B x H <= SMs: B <= 4 at H = 32 on an H100), where the per-warp chain
- *    of loads, barrier and dot products is the time, not the bandwidth (NOTES v16);
- *  - else one row (2 N threads per head).
- * The chunked kernel always takes one row (measured at the B = 8 anchor: R = 1, P = 2 2.72 ms;
- * R = 2, P = 4 3.33; R = 4, P = 4 3.78; R = 1, P = 1 4.93). All three give the same bits.
- * WKV_CUDA_RWKV7_ROWS = 1 / 2 / half forces a layout, for tests and measurements. */
-DecodeLayout decode_layout(int N, int64_t blocks, int sms) {
+/* Rows per thread of the decode kernel (memory bound): two (16 float4 state loads in flight
+ * per thread) when that still gives the GPU a warp per scheduler, else one. The chunked
+ * kernel always takes one row (measured at the B = 8 anchor: R = 1, P = 2 2.72 ms; R = 2,
+ * P = 4 3.33; R = 4, P = 4 3.78; R = 1, P = 1 4.93). WKV_CUDA_RWKV7_ROWS (1 or 2) overrides
+ * the decode choice, for tests and measurements. */
+int forward_rows(int N, int64_t blocks, int sms) {
     static const int forced = [] {
         const char* e = std::getenv("WKV_CUDA_RWKV7_ROWS");
-        if (!e) return 0;
-        if (std::strcmp(e, "half") == 0) return 3;
-        const int x = std::atoi(e);
+        const int x = e ? std::atoi(e) : 0;
         return x == 1 || x == 2 ? x : 0;
     }();
-    const int64_t S = sms > 0 ? sms : 1;
-    const int x = forced ? forced
-                         : blocks <= S ? 3
-                         : blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * S ? 2 : 1;
-    if (x == 3) return DecodeLayout::kHalfRows;
-    if (x == 2 && N != 128) return DecodeLayout::kTwoRows; /* N = 128: 128 state registers */
-    return DecodeLayout::kOneRow;
+    if (N == 128) return 1; /* R = 2: 128 state registers per thread */
+    if (forced) return forced;
+    return blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * (int64_t)(sms > 0 ? sms : 1) ? 2 : 1;
+}
+
+/* Whether the decode kernel's dense form applies (see DecodeDense): every token tensor [B, 1, H,
+ * N] dense in one dtype, the states absent or dense value-major and 16-byte aligned. Fills d
+ * (pointers at the launch's first sequence) and the dtype. WKV_CUDA_RWKV7_DENSE=0 turns it off
+ * (the general form everywhere, for tests and measurements). */
+bool decode_dense(const Rwkv7FwdParams& p, int N, Rwkv7DecodeDense* d, int* elem) {
+    static const bool off = [] {
+        const char* e = std::getenv("WKV_CUDA_RWKV7_DENSE");
+        return e && std::strcmp(e, "0") == 0;
+    }();
+    if (off) return false;
+    const int64_t HN = (int64_t)p.H * N, first = p.seq.first;
+    const DevView* t[F_NUM + 1] = {&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.y};
+    for (int f = 0; f <= F_NUM; ++f) {
+        const DevView& v = *t[f];
+        if (f == F_NUM && !v.data) break; /* no y */
+        if (v.elem != p.r.elem || v.s[3] != 1 || v.s[2] != N || v.s[0] != HN) return false;
+    }
+    const DevView* st[2] = {&p.state_in, &p.state_out};
+    for (const DevView* v : st)
+        if (v->data && (v->s[3] != 1 || v->s[2] != N || v->s[1] != (int64_t)N * N || v->s[0] != HN * N ||
+                        (reinterpret_cast<uintptr_t>(v->data) & 15u) != 0))
+            return false;
+    const int64_t es = p.r.elem == 0 ? 4 : 2;
+    for (int f = 0; f < F_NUM; ++f) d->x[f] = t[f]->data + first * HN * es;
+    d->y = p.y.data ? p.y.data + first * HN * es : nullptr;
+    d->state_in = p.state_in.data ? reinterpret_cast<const float*>(p.state_in.data) + first * HN * N : nullptr;
+    d->state_out = p.state_out.data ? reinterpret_cast<float*>(p.state_out.data) + first * HN * N : nullptr;
+    d->ckpt = p.ckpt ? p.ckpt + first * HN * N : nullptr; /* seg0 = s: one checkpoint per (s, h) */
+    d->form = p.form;
+    d->pad_ = 0;
+    *elem = p.r.elem;
+    return true;
+}
+
+template <int N, int R>
+void launch_decode(const Rwkv7FwdParams& p, unsigned nb, cudaStream_t stream) {
+    constexpr int NT = RowTile<N, R>::NT;
+    Rwkv7DecodeDense dd;
+    int elem = 0;
+    if (decode_dense(p, N, &dd, &elem)) {
+        if (elem == 0) rwkv7_decode_dense_kernel<N, R, 0><<<nb, NT, 0, stream>>>(dd);
+        else if (elem == 1) rwkv7_decode_dense_kernel<N, R, 1><<<nb, NT, 0, stream>>>(dd);
+        else rwkv7_decode_dense_kernel<N, R, 2><<<nb, NT, 0, stream>>>(dd);
+        return;
+    }
+    Rwkv7DecodeParams d;
+    d.x[F_R] = p.r, d.x[F_D] = p.w, d.x[F_K] = p.k, d.x[F_V] = p.v, d.x[F_A] = p.a, d.x[F_B] = p.b;
+    d.y = p.y, d.state_in = p.state_in, d.state_out = p.state_out;
+    d.ckpt = p.ckpt, d.first = p.seq.first, d.H = p.H, d.form = p.form;
+    rwkv7_decode_kernel<N, R><<<nb, NT, 0, stream>>>(d);
 }
 
 /* ------------------------------------------------------------------------------ backward */
@@ -1415,17 +1473,8 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
         else rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
         return (int)cudaGetLastError();
     }
-    Rwkv7DecodeParams d;
-    d.r = p.r, d.w = p.w, d.k = p.k, d.v = p.v, d.a = p.a, d.b = p.b, d.y = p.y;
-    d.state_in = p.state_in, d.state_out = p.state_out;
-    d.ckpt = p.ckpt, d.first = p.seq.first, d.H = p.H, d.form = p.form;
-    switch (decode_layout(N, blocks, sms)) {
-    case DecodeLayout::kHalfRows: rwkv7_decode_half_kernel<N><<<nb, 4 * N, 0, stream>>>(d); break;
-    case DecodeLayout::kOneRow: rwkv7_decode_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(d); break;
-    case DecodeLayout::kTwoRows:
-        if constexpr (N != 128) rwkv7_decode_kernel<N, 2><<<nb, RowTile<N, 2>::NT, 0, stream>>>(d);
-        break;
-    }
+    if (forward_rows(N, blocks, sms) == 1) launch_decode<N, 1>(p, nb, stream);
+    else if constexpr (N != 128) launch_decode<N, 2>(p, nb, stream);
     return (int)cudaGetLastError();
 }
 

@@ -1,12 +1,13 @@
 // RWKV-7 single-token decode on the CUDA backend (part of wkv_cuda_tests): a T = 1 forward on
 // device memory is exactly one kernel node when captured into a CUDA graph (no copy, memset or
 // allocation node: what a decode loop replays is that one kernel), its replays give the direct
-// call's bits, and both agree with the float64 reference. B = 1 and 3 take the decode kernel
-// with each row over 4 lanes, B = 256 (512 heads) the one with two rows per thread
-// (backends/cuda/rwkv7.cu, decode_layout); N = 32 / 64 / 128; f32 and bf16 inputs; state_in and
-// state_out apart (so a replay recomputes the same step) or one buffer. And T one-token calls
-// in place give one T-token call's bits (y and state) at those small batches, in every layout
-// (the layouts must not change the arithmetic). Outputs are NaN-filled before every call.
+// call's bits, and both agree with the float64 reference; the same step through head-padded
+// views (the kernel's general form instead of the dense one: backends/cuda/rwkv7.cu,
+// DecodeDense) gives the same bits. B = 1 and 3 take the decode kernel with one row per thread,
+// B = 256 (512 heads) the one with two (forward_rows); N = 32 / 64 / 128; f32 and bf16 inputs;
+// state_in and state_out apart (so a replay recomputes the same step) or one buffer. And T
+// one-token calls in place (views of a T-token tensor: the general form) give one T-token
+// call's bits (y and state). Outputs are NaN-filled before every call.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
@@ -107,6 +108,36 @@ void check_decode(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, i
     CHECK(rel_err(out.values(), s_ref) < 2e-6);
     const std::vector<unsigned char> y_direct = y.bytes(), s_direct = out.bytes();
 
+    // the same step through head-padded views (the kernel's general form, not the dense one):
+    // the same bits
+    {
+        const std::vector<int64_t> pad_strides = {H * 2 * N, H * 2 * N, 2 * N, 1};
+        std::vector<std::unique_ptr<Dev>> pin;
+        for (auto* x : d.inputs()) {
+            HostTensor t(dt, d.tok_shape(), pad_strides, 0);
+            t.poison();
+            t.fill(*x);
+            pin.emplace_back(new Dev(std::move(t)));
+        }
+        HostTensor yp_h(dt, d.tok_shape(), pad_strides, 0);
+        Dev yp(std::move(yp_h)), sp(HostTensor(WKV_DTYPE_F32, d.state_shape()));
+        if (in_place) state_in.upload();
+        yp.poison();
+        sp.poison();
+        wkv_forward_desc g = f;
+        wkv_tensor* gs[6] = {&g.r, &g.w, &g.k, &g.v, &g.a, &g.b};
+        for (int i = 0; i < 6; i++) *gs[i] = pin[(size_t)i]->view();
+        g.y = yp.view();
+        g.state_in = state_in.view();
+        g.state_out = sp.view();
+        REQUIRE(wkv_forward(ctx, &g) == WKV_OK);
+        DEC_CU(cudaStreamSynchronize(stream));
+        HostTensor yd(dt, d.tok_shape());
+        yd.buf = y_direct;
+        CHECK(yp.values() == yd.read());
+        CHECK(sp.bytes() == s_direct);
+    }
+
     // captured: one kernel node, nothing else
     if (in_place) state_in.upload();
     y.poison();
@@ -189,8 +220,8 @@ void check_steps(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, in
 
 } // namespace
 
-TEST_CASE("cuda rwkv7 decode: T = 1 is one kernel node in a graph, replays give the direct bits, "
-          "both match the reference") {
+TEST_CASE("cuda rwkv7 decode: T = 1 is one kernel node in a graph; its replays, the general form and T one-token "
+          "calls give the same bits; all match the reference") {
     if (!decode_cuda_available()) {
         MESSAGE("SKIPPED: no CUDA device");
         ++g_wkv_cuda_skipped;
