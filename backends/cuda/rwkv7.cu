@@ -712,13 +712,14 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
  * in how a block finds its tensors:
  *  - DecodeViews: any strides, a dtype per tensor (Rwkv7DecodeParams: Rwkv7FwdParams less the
  *    packed offsets and checkpoint segments, 456 bytes of parameters instead of 2.6 KB);
- *  - DecodeDense<E>: the layout a decode loop has (every token tensor [B, 1, H, N] dense, one
- *    dtype E for r w k v a b and y; states absent or dense value-major [B, H, N, N], 16-byte
- *    aligned; checked on the host, decode_dense), so the kernel reads 9 pointers, no strides,
- *    and block b's tensors start at b N (states b N N): no 64-bit index arithmetic, no division
- *    for (sequence, head), one load per element. Measured at B = 1 (NOTES v16): the general
- *    form's parameter reads and address arithmetic (constant-cache misses, ~250 instructions
- *    per warp before the first load) were ~1 us of a 3.8 us replay.
+ *  - DecodeDense<E> (one row per thread only, see launch_decode): the layout a decode loop has
+ *    (every token tensor [B, 1, H, N] dense, one dtype E for r w k v a b and y; states absent
+ *    or dense value-major [B, H, N, N], 16-byte aligned; checked on the host, decode_dense), so
+ *    the kernel reads 9 pointers, no strides, and block b's tensors start at b N (states b N N):
+ *    no 64-bit index arithmetic, no division for (sequence, head), one load per element.
+ *    Measured (NOTES v19): the general form's parameter reads and address arithmetic (~250
+ *    instructions per warp, constant-cache misses) and its two-load element reads were ~1 us
+ *    of a 3.8 us graph replay at B = 1; the dense form takes 3.07 us.
  * Both give the same bits (same loads' values, same row_step). */
 struct Rwkv7DecodeParams {
     DevView x[F_NUM]; /* r w k v a b, in F_ order (F_D: w) */
@@ -919,16 +920,21 @@ bool decode_dense(const Rwkv7FwdParams& p, int N, Rwkv7DecodeDense* d, int* elem
     return true;
 }
 
+/* The dense form only with one row per thread (small and medium batch, where the prologue is
+ * the time); two rows per thread (large batch) is bandwidth-bound and the dense form measured
+ * slower there (B = 256 f32 104.7 against 103.6 us, NOTES v19), so it keeps the general form. */
 template <int N, int R>
 void launch_decode(const Rwkv7FwdParams& p, unsigned nb, cudaStream_t stream) {
     constexpr int NT = RowTile<N, R>::NT;
-    Rwkv7DecodeDense dd;
-    int elem = 0;
-    if (decode_dense(p, N, &dd, &elem)) {
-        if (elem == 0) rwkv7_decode_dense_kernel<N, R, 0><<<nb, NT, 0, stream>>>(dd);
-        else if (elem == 1) rwkv7_decode_dense_kernel<N, R, 1><<<nb, NT, 0, stream>>>(dd);
-        else rwkv7_decode_dense_kernel<N, R, 2><<<nb, NT, 0, stream>>>(dd);
-        return;
+    if constexpr (R == 1) {
+        Rwkv7DecodeDense dd;
+        int elem = 0;
+        if (decode_dense(p, N, &dd, &elem)) {
+            if (elem == 0) rwkv7_decode_dense_kernel<N, R, 0><<<nb, NT, 0, stream>>>(dd);
+            else if (elem == 1) rwkv7_decode_dense_kernel<N, R, 1><<<nb, NT, 0, stream>>>(dd);
+            else rwkv7_decode_dense_kernel<N, R, 2><<<nb, NT, 0, stream>>>(dd);
+            return;
+        }
     }
     Rwkv7DecodeParams d;
     d.x[F_R] = p.r, d.x[F_D] = p.w, d.x[F_K] = p.k, d.x[F_V] = p.v, d.x[F_A] = p.a, d.x[F_B] = p.b;

@@ -2,12 +2,13 @@
 // device memory is exactly one kernel node when captured into a CUDA graph (no copy, memset or
 // allocation node: what a decode loop replays is that one kernel), its replays give the direct
 // call's bits, and both agree with the float64 reference; the same step through head-padded
-// views (the kernel's general form instead of the dense one: backends/cuda/rwkv7.cu,
-// DecodeDense) gives the same bits. B = 1 and 3 take the decode kernel with one row per thread,
-// B = 256 (512 heads) the one with two (forward_rows); N = 32 / 64 / 128; f32 and bf16 inputs;
-// state_in and state_out apart (so a replay recomputes the same step) or one buffer. And T
-// one-token calls in place (views of a T-token tensor: the general form) give one T-token
-// call's bits (y and state). Outputs are NaN-filled before every call.
+// views (the kernel's general form; at B = 1 and 3 the direct call took the dense one:
+// backends/cuda/rwkv7.cu, DecodeDense) gives the same bits. B = 1 and 3 take the decode kernel
+// with one row per thread, B = 256 (512 heads) the one with two (forward_rows; the general form
+// only); N = 32 / 64 / 128; f32 and bf16 inputs; state_in and state_out apart (so a replay
+// recomputes the same step) or one buffer. And T one-token calls in place (views of a T-token
+// tensor: the general form) give one T-token call's bits (y and state). Outputs are NaN-filled
+// before every call.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
