@@ -12,8 +12,7 @@
  * the decay computed per token by vexp (decay_rows). N = 32, 64, 128 (padded) have
  * compile-time row lengths; other N run the same code with a run-time length.
  *
- * Forward scratch per chunk: G Np^2 + 9 Np floats (states; r w k v a b decay y rows, and a
- * second decay row: the next step's decay is computed one step ahead). */
+ * Forward scratch per chunk: G Np^2 + 8 Np floats (states; r w k v a b decay y rows). */
 
 #ifndef WKV_RWKV7_ROWS
 #define WKV_RWKV7_ROWS 4
@@ -177,7 +176,7 @@ int64_t forward_group7(const wkv_problem* p, int64_t threads) {
 
 uint64_t forward_chunk_floats7(const wkv_problem* p, int64_t group, CheckedSize& c) {
     const uint64_t Np = (uint64_t)padded(p->N);
-    return c.add(c.mul((uint64_t)group, c.mul(Np, Np)), c.mul(9, Np));
+    return c.add(c.mul((uint64_t)group, c.mul(Np, Np)), c.mul(8, Np));
 }
 
 template <int NV>
@@ -234,34 +233,16 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
     const bool want_y = view_present(p->y);
     for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t)
         for (int64_t h = h0; h < h1; ++h) prefetch_token7(p, batch, t, h, want_y);
-    /* The decay of each step (token t, head g) is computed one step ahead, into the other of
-     * two rows, before the step_rows it does not feed: its vexp chains (~200 cycles of latency
-     * per head, step 22) then run beside that step's FMAs instead of in front of the update
-     * that waits for them (NOTES.md, step 24). */
-    float* dbuf[2] = {x.decay, x.y + Np};
-    int cur = 0;
-    decay_rows(p->decay_form, token_in(p->w, batch, t0, h0, N, Np, x.w), dbuf[0], nullptr, Np);
     for (int64_t t = t0; t < t1; ++t) {
         const bool last = t + 1 == t1;
         if (t + kPrefetchAhead < t1)
             for (int64_t h = h0; h < h1; ++h) prefetch_token7(p, batch, t + kPrefetchAhead, h, want_y);
         const int64_t boundary = save && (t + 1 - t0) % K7 == 0 && !last ? (t + 1 - t0) / K7 : 0;
-        for (int64_t g = 0; g < nh; ++g, cur ^= 1) {
+        for (int64_t g = 0; g < nh; ++g) {
             const int64_t h = h0 + g;
             float* dst = last && out[g] ? out[g] : boundary ? ck[g] + boundary * Np * Np : S[g];
             const int64_t drs = last && out[g] ? out_rs[g] : Np;
-            Inputs7 in;
-            in.r = want_y ? token_in(p->r, batch, t, h, N, Np, x.r) : nullptr;
-            in.k = token_in(p->k, batch, t, h, N, Np, x.k);
-            in.v = token_in(p->v, batch, t, h, N, Np, x.v);
-            in.a = token_in(p->a, batch, t, h, N, Np, x.a);
-            in.b = token_in(p->b, batch, t, h, N, Np, x.b);
-            in.decay = dbuf[cur];
-            if (g + 1 < nh || !last) { /* the next step's decay */
-                const int64_t tn = g + 1 < nh ? t : t + 1, hn = g + 1 < nh ? h + 1 : h0;
-                decay_rows(p->decay_form, token_in(p->w, batch, tn, hn, N, Np, x.w),
-                           dbuf[cur ^ 1], nullptr, Np);
-            }
+            const Inputs7 in = load_inputs7(p, batch, t, h, Np, want_y, x, nullptr);
             if (want_y) {
                 float* yd = token_out_direct(p->y, batch, t, h, N, Np);
                 step_rows<NV, true>(src[g], srs[g], dst, drs, nv, Np, in.decay, in.k, in.v, in.a,
