@@ -275,6 +275,30 @@ __device__ __forceinline__ void store_state_rows(const DevView& v, int64_t s, in
 
 /* ---------------------------------------------------------------------- one forward step */
 
+/* S (the thread's tile) <- S diag(d) + sa b^T + v k^T for one token, sa given; vr holds v of the
+ * tile's rows. The one expression of the update: every caller gets the same bits. */
+template <class T>
+__device__ __forceinline__ void fwd_update(float (&S)[T::R][T::C], int q, const float (&vr)[T::R],
+                                           const float* d, const float* k, const float* b,
+                                           const float (&sa)[T::R]) {
+    constexpr int R = T::R, L = T::L, G = T::G;
+    const float4* d4 = reinterpret_cast<const float4*>(d);
+    const float4* k4 = reinterpret_cast<const float4*>(k);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float4 dv = d4[g * L + q], kv = k4[g * L + q], bv = b4[g * L + q];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            float* x = &S[rr][4 * g];
+            x[0] = fmaf(x[0], dv.x, fmaf(sa[rr], bv.x, vr[rr] * kv.x));
+            x[1] = fmaf(x[1], dv.y, fmaf(sa[rr], bv.y, vr[rr] * kv.y));
+            x[2] = fmaf(x[2], dv.z, fmaf(sa[rr], bv.z, vr[rr] * kv.z));
+            x[3] = fmaf(x[3], dv.w, fmaf(sa[rr], bv.w, vr[rr] * kv.w));
+        }
+    }
+}
+
 /* S (the thread's tile) <- one token. v_rows points at v of the tile's first row. Returns
  * sa of the tile's rows in sa[]; with want_y also y (reduced over the lanes) in y[]. */
 template <class T>
@@ -284,9 +308,6 @@ __device__ __forceinline__ void fwd_step(float (&S)[T::R][T::C], int q, const fl
                                          float (&sa)[T::R], float (&y)[T::R]) {
     constexpr int R = T::R, L = T::L, G = T::G;
     const float4* a4 = reinterpret_cast<const float4*>(a);
-    const float4* d4 = reinterpret_cast<const float4*>(d);
-    const float4* k4 = reinterpret_cast<const float4*>(k);
-    const float4* b4 = reinterpret_cast<const float4*>(b);
     float vr[R];
     lds_r<R>(v_rows, vr);
     float acc[R], acc2[R]; /* two chains per row */
@@ -305,18 +326,7 @@ __device__ __forceinline__ void fwd_step(float (&S)[T::R][T::C], int q, const fl
     }
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) sa[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        const float4 dv = d4[g * L + q], kv = k4[g * L + q], bv = b4[g * L + q];
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) {
-            float* x = &S[rr][4 * g];
-            x[0] = fmaf(x[0], dv.x, fmaf(sa[rr], bv.x, vr[rr] * kv.x));
-            x[1] = fmaf(x[1], dv.y, fmaf(sa[rr], bv.y, vr[rr] * kv.y));
-            x[2] = fmaf(x[2], dv.z, fmaf(sa[rr], bv.z, vr[rr] * kv.z));
-            x[3] = fmaf(x[3], dv.w, fmaf(sa[rr], bv.w, vr[rr] * kv.w));
-        }
-    }
+    fwd_update<T>(S, q, vr, d, k, b, sa);
     if (want_y) {
         const float4* r4 = reinterpret_cast<const float4*>(r);
 #pragma unroll
@@ -1083,25 +1093,11 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         fwd_step<T>(S, q, tokv(u, T_V) + rg * R, tokv(u, T_D), tokv(u, T_K), tokv(u, T_A),
                     tokv(u, T_B), nullptr, false, sa, y);
     };
-    /* fwd_step's update with sa given (the same expression: the same bits) */
+    /* fwd_step's update with sa given */
     auto step_known = [&](float (&S)[R][C], int u, const float (&sa)[R]) {
-        const float4* d4 = reinterpret_cast<const float4*>(tokv(u, T_D));
-        const float4* k4 = reinterpret_cast<const float4*>(tokv(u, T_K));
-        const float4* b4 = reinterpret_cast<const float4*>(tokv(u, T_B));
         float vr[R];
         lds_r<R>(tokv(u, T_V) + rg * R, vr);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const float4 dv = d4[g * L + q], kv = k4[g * L + q], bv = b4[g * L + q];
-#pragma unroll
-            for (int rr = 0; rr < R; ++rr) {
-                float* x = &S[rr][4 * g];
-                x[0] = fmaf(x[0], dv.x, fmaf(sa[rr], bv.x, vr[rr] * kv.x));
-                x[1] = fmaf(x[1], dv.y, fmaf(sa[rr], bv.y, vr[rr] * kv.y));
-                x[2] = fmaf(x[2], dv.z, fmaf(sa[rr], bv.z, vr[rr] * kv.z));
-                x[3] = fmaf(x[3], dv.w, fmaf(sa[rr], bv.w, vr[rr] * kv.w));
-            }
-        }
+        fwd_update<T>(S, q, vr, tokv(u, T_D), tokv(u, T_K), tokv(u, T_B), sa);
     };
     /* (kCkptSmem) segment gg's checkpoint into s_ck by asynchronous copies (waited for before the
      * barrier that ends the segment's staging) */
