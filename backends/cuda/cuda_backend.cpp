@@ -107,6 +107,10 @@ struct CudaState {
     cudaMemPool_t chunk_pool = nullptr;
     uint64_t chunk_keep = 0; /* the pool's release threshold: the last pool call's bytes */
     int chunk_mode = -1; /* WKV_CUDA_RWKV7_CHUNKED at context creation: -1 unset, 0 never, 1 always */
+    /* The chunked RWKV-7 backward (rwkv7_chunk_bwd.cu, chosen by rwkv7_use_chunked_bwd): ready,
+     * and WKV_CUDA_RWKV7_CHUNKED_BWD at context creation (-1 unset, 0 never, 1 always). */
+    bool chunk_bwd_ready = false;
+    int chunk_bwd_mode = -1;
     wkv_fault_hook fault{nullptr, nullptr}; /* WKV_FAULT (src/fault.h): test builds only */
 };
 
@@ -367,6 +371,10 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
     cudaGetLastError();
     if (const char* env = std::getenv("WKV_CUDA_RWKV7_CHUNKED"))
         st->chunk_mode = env[0] == '1' ? 1 : env[0] == '0' ? 0 : -1;
+    st->chunk_bwd_ready = st->chunk_ready && rwkv7_prepare_chunked_bwd(64) == (int)cudaSuccess;
+    cudaGetLastError();
+    if (const char* env = std::getenv("WKV_CUDA_RWKV7_CHUNKED_BWD"))
+        st->chunk_bwd_mode = env[0] == '1' ? 1 : env[0] == '0' ? 0 : -1;
     e = cudaStreamCreateWithFlags(&st->own_stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         wkv_status s = cuda_fail(nullptr, e, msg, "cudaStreamCreateWithFlags");
@@ -992,6 +1000,25 @@ bool plan_rwkv64(const wkv_problem* p, Plan64* out) {
     return out->total <= (uint64_t)SIZE_MAX;
 }
 
+/* Which RWKV-7 backward runs: the one place that decides.
+ * - sequential (rwkv7.cu): checkpoints, then a replay per segment, one block per (sequence, head).
+ * - chunked (rwkv7_chunk_bwd.cu): recomputes the chunked forward's per-chunk quantities and
+ *   entry states, walks the chunks backwards for the state gradients at their boundaries, then
+ *   all chunks' token gradients in parallel; fp32 on CUDA cores, ~2.2 M FMA per chunk and head,
+ *   so it wins only where the (sequence, head) blocks cannot fill the GPU (NOTES.md v20). The
+ *   chunked forward's restriction: N = 64, CLAMPW, unpacked; it ignores saved checkpoints. Its
+ *   workspace (rwkv7_chunk_bwd_ws_bytes: ~66 KB per chunk and head) is the caller's.
+ * WKV_CUDA_RWKV7_CHUNKED_BWD=0 never, =1 wherever it applies (tests, measurements). */
+bool rwkv7_use_chunked_bwd(const CudaState* st, const wkv_problem* p) {
+    if (!st->chunk_bwd_ready || st->chunk_bwd_mode == 0) return false;
+    if (p->op != WKV_OP_RWKV7 || p->N != 64 || p->decay_form != WKV_DECAY_CLAMPW || p->seq_offsets || p->T < 1)
+        return false;
+    const size_t bytes = rwkv7_chunk_bwd_ws_bytes(64, p->B, p->H, p->T);
+    if (bytes == 0 || bytes > (size_t)4 * kChunkWsMax || p->B * p->H * ((p->T + 31) / 32) > 0x7fffffff) return false;
+    if (st->chunk_bwd_mode == 1) return true;
+    return p->B * p->H * 2 <= (int64_t)st->sm_count && p->T >= 256;
+}
+
 wkv_status plan_backward(const CudaState* st, const wkv_problem* p, int hidx, size_t* bytes,
                          wkv_message* msg) {
     if (p->op != WKV_OP_RWKV7) {
@@ -1014,6 +1041,11 @@ wkv_status plan_backward(const CudaState* st, const wkv_problem* p, int hidx, si
         set_message(msg, "the RWKV-7 backward workspace for B=%lld T=%lld H=%lld N=%lld overflows size_t",
                     (long long)p->B, (long long)p->T, (long long)p->H, (long long)p->N);
         return WKV_ERROR_OVERFLOW;
+    }
+    /* the chunked backward's workspace and room to align it, where it runs */
+    if (rwkv7_use_chunked_bwd(st, p)) {
+        const uint64_t c = (uint64_t)rwkv7_chunk_bwd_ws_bytes(64, p->B, p->H, p->T) + kScratchAlign;
+        if (c > b) b = c;
     }
     *bytes = (size_t)b;
     return WKV_OK;
@@ -1135,6 +1167,41 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
         return stage_out(st, &pl, &drain, msg);
     }
     cudaError_t e = cudaSuccess;
+    if (rwkv7_use_chunked_bwd(st, p)) {
+        Rwkv7ChunkParams f;
+        set_rwkv7_forward_views(&f, p, pl);
+        f.y = DevView{};
+        f.state_out = DevView{};
+        f.B = p->B;
+        f.nc = (int32_t)((p->T + rwkv7_chunk_len(64) - 1) / rwkv7_chunk_len(64));
+        f.ws = reinterpret_cast<float*>(align_up_ptr(ws, kScratchAlign)); /* need has the slack */
+        Rwkv7ChunkBwdParams b;
+        std::memset(&b, 0, sizeof b);
+        b.r = pl.v[0];
+        b.w = pl.v[1];
+        b.k = pl.v[2];
+        b.v = pl.v[3];
+        b.a = pl.v[4];
+        b.b = pl.v[5];
+        b.dy = pl.v[10];
+        b.dstate_out = pl.v[kDstateOut];
+        b.dr = pl.v[kDr];
+        b.dw = pl.v[kDr + 1];
+        b.dk = pl.v[kDr + 2];
+        b.dv = pl.v[kDr + 3];
+        b.da = pl.v[kDr + 4];
+        b.db = pl.v[kDr + 5];
+        b.dstate_in = pl.v[kDstateIn];
+        b.T = p->T;
+        b.B = p->B;
+        b.H = (int32_t)p->H;
+        b.nc = f.nc;
+        b.ws = f.ws;
+        b.ds = f.ws + rwkv7_chunk_ws_bytes(64, p->B, p->H, p->T) / sizeof(float);
+        e = (cudaError_t)rwkv7_launch_chunked_bwd(64, f, b, st->stream);
+        if (e != cudaSuccess) return cuda_fail(st, e, msg, "RWKV-7 chunked backward launch");
+        return stage_out(st, &pl, &drain, msg);
+    }
     Rwkv7BwdParams prm;
     std::memset(&prm, 0, sizeof prm);
     prm.r = pl.v[0];

@@ -109,6 +109,27 @@ int rwkv7_prepare_chunked(int N);
 /* Enqueues the chunked forward (two kernels). cudaError_t of the launches as int. */
 int rwkv7_launch_chunked(int N, const Rwkv7ChunkParams& p, void* stream);
 
+/* The chunked backward (rwkv7_chunk_bwd.cu): the same restriction. ws: the forward's chunk
+ * workspace (rwkv7_chunk_ws_bytes), ds: one N x N float matrix per chunk after it, both in the
+ * backward's workspace (rwkv7_chunk_bwd_ws_bytes in all, 16-byte aligned). */
+struct Rwkv7ChunkBwdParams {
+    DevView r, w, k, v, a, b, dy, dstate_out;
+    DevView dr, dw, dk, dv, da, db, dstate_in;
+    int64_t T, B;
+    int32_t H;
+    int32_t nc;
+    float* ws;
+    float* ds;
+};
+
+/* Workspace bytes of the chunked backward (0 when it does not apply). */
+size_t rwkv7_chunk_bwd_ws_bytes(int N, int64_t B, int64_t H, int64_t T);
+/* Raises the chunked backward kernels' dynamic shared-memory limits (once per device). */
+int rwkv7_prepare_chunked_bwd(int N);
+/* Enqueues the chunked backward: the forward's local and state kernels on f (f.y and
+ * f.state_out absent, f.ws == p.ws), then its own three. cudaError_t as int. */
+int rwkv7_launch_chunked_bwd(int N, const Rwkv7ChunkParams& f, const Rwkv7ChunkBwdParams& p, void* stream);
+
 /* ------------------------------------------------------------------------------ RWKV-6 */
 
 enum { kRwkv6SegK = 8 }; /* backward: tokens per checkpointed segment */

@@ -87,21 +87,30 @@ const wkv_decay_form kForms[] = {WKV_DECAY_CLAMPW, WKV_DECAY_LOG, WKV_DECAY_EXP_
 // One golden wkv7 file on CUDA in f32/f16/bf16, both state orders, forward and backward.
 void check_golden_rwkv7(const std::string& path);
 
-// Sets WKV_CUDA_RWKV7_CHUNKED for the contexts created in its scope (the backend reads it at
-// context creation), then restores the previous value.
-struct ChunkedEnv {
-    std::string old;
+// Sets an environment variable for the contexts created in its scope (the backend reads its
+// switches at context creation), then restores the previous value.
+struct ScopedEnv {
+    std::string name, old;
     bool had;
-    explicit ChunkedEnv(const char* value) {
-        const char* e = std::getenv("WKV_CUDA_RWKV7_CHUNKED");
+    ScopedEnv(const char* var, const char* value) : name(var) {
+        const char* e = std::getenv(var);
         had = e != nullptr;
         if (had) old = e;
-        setenv("WKV_CUDA_RWKV7_CHUNKED", value, 1);
+        setenv(var, value, 1);
     }
-    ~ChunkedEnv() {
-        if (had) setenv("WKV_CUDA_RWKV7_CHUNKED", old.c_str(), 1);
-        else unsetenv("WKV_CUDA_RWKV7_CHUNKED");
+    ~ScopedEnv() {
+        if (had) setenv(name.c_str(), old.c_str(), 1);
+        else unsetenv(name.c_str());
     }
+};
+
+// WKV_CUDA_RWKV7_CHUNKED (the chunked forward) and WKV_CUDA_RWKV7_CHUNKED_BWD (the chunked
+// backward) for the contexts created in its scope.
+struct ChunkedEnv : ScopedEnv {
+    explicit ChunkedEnv(const char* value) : ScopedEnv("WKV_CUDA_RWKV7_CHUNKED", value) {}
+};
+struct ChunkedBwdEnv : ScopedEnv {
+    explicit ChunkedBwdEnv(const char* value) : ScopedEnv("WKV_CUDA_RWKV7_CHUNKED_BWD", value) {}
 };
 
 // A small RWKV-7 problem on the device: inputs, outputs, states and a workspace.

@@ -210,3 +210,92 @@ TEST_CASE("cuda: the chunked RWKV-7 forward on the caller's scratch: the pool pa
     p.f.scratch = nullptr;
     p.f.scratch_size = 0;
 }
+
+// backends/cuda/rwkv7_chunk_bwd.cu: the chunked backward (N = 64, CLAMPW, unpacked) forced on
+// with WKV_CUDA_RWKV7_CHUNKED_BWD=1: the golden files, random inputs around the chunk length
+// (tails), every dtype and state option, strided layouts, against the CPU backend and the
+// float64 reference at the usual tolerances; with the forward sequential and chunked; two runs
+// give the same bits.
+TEST_CASE("cuda: the chunked RWKV-7 backward (WKV_CUDA_RWKV7_CHUNKED_BWD=1): golden, random, layouts, bits") {
+    CUDA_TEST_OR_SKIP();
+    const uint64_t seed = test_seed();
+    Config c0;
+    c0.B = 1; c0.H = 2; c0.T = 100; c0.N = 64;
+    Rng rng(seed + 700);
+    const Case k0 = make_case(rng, c0, c0.B);
+    {
+        // the switch reaches the kernels: the two backwards round differently
+        Results seq, chk;
+        {
+            ChunkedBwdEnv env("0");
+            seq = run_backend(WKV_BACKEND_CUDA, c0, k0.d, k0.dy, k0.dsT);
+        }
+        {
+            ChunkedBwdEnv env("1");
+            chk = run_backend(WKV_BACKEND_CUDA, c0, k0.d, k0.dy, k0.dsT);
+        }
+        CHECK_MESSAGE(seq.dr != chk.dr, "WKV_CUDA_RWKV7_CHUNKED_BWD=1 gave the sequential backward's bits");
+        CHECK(seq.y == chk.y);  // the forward is not the backward's switch
+        compare("dr chunked vs sequential", chk.dr, seq.dr, 2e-5, c0.describe());
+        compare("dw chunked vs sequential", chk.dw, seq.dw, 2e-5, c0.describe());
+        compare("ds0 chunked vs sequential", chk.ds0, seq.ds0, 2e-5, c0.describe());
+    }
+    ChunkedBwdEnv env("1");
+    {
+        // deterministic: two runs (fresh contexts) give the same bits, every output
+        const Results a = run_backend(WKV_BACKEND_CUDA, c0, k0.d, k0.dy, k0.dsT);
+        const Results b = run_backend(WKV_BACKEND_CUDA, c0, k0.d, k0.dy, k0.dsT);
+        CHECK(a.dr == b.dr);
+        CHECK(a.dw == b.dw);
+        CHECK(a.dk == b.dk);
+        CHECK(a.dv == b.dv);
+        CHECK(a.da == b.da);
+        CHECK(a.db == b.db);
+        CHECK(a.ds0 == b.ds0);
+    }
+    const std::string dir = golden_dir();
+    for (const char* fwd : {"0", "1"}) {
+        CAPTURE(fwd);
+        ChunkedEnv fenv(fwd);
+        for (const char* name : {"wkv7_clampw_N64", "wkv7_clampw_T200"})
+            check_golden_rwkv7(dir + "/" + name + ".safetensors");
+    }
+    int n = 0;
+    // T around the chunk length (32), tails, every dtype, state and state-gradient options
+    for (int64_t T : {31, 32, 33, 100, 257})
+        for (int d = 0; d < 3; d++) {
+            Config c;
+            c.B = 2;
+            c.H = 3;
+            c.T = T;
+            c.N = 64;
+            c.dtype = kDtypes[d];
+            c.state_in = n % 4 != 1;
+            c.state_out = n % 5 != 2;
+            c.dstate_out = n % 3 != 1;
+            c.dstate_in = n % 7 != 3;
+            check_config(c, seed + 710 + (uint64_t)n++);
+        }
+    for (Layout l : {Layout::PaddedT, Layout::HeadMajor})
+        for (int variant = 0; variant < 4; variant++) {
+            Config c;
+            c.B = 2;
+            c.H = 2;
+            c.T = 45;
+            c.N = 64;
+            c.layout = l;
+            c.dtype = kDtypes[(size_t)(n % 3)];
+            c.w_broadcast = variant == 1;
+            c.padded_state = variant == 2 || variant == 3;
+            c.key_major = variant == 2 || variant == 0;
+            c.in_place = variant == 3;
+            check_config(c, seed + 710 + (uint64_t)n++);
+        }
+    {
+        ChunkedEnv fenv("1");  // both chunked
+        Config c;
+        c.B = 1; c.H = 4; c.T = 300; c.N = 64; c.dtype = WKV_DTYPE_BF16;
+        check_config(c, seed + 710 + (uint64_t)n++);
+    }
+    check_caller_stream_and_graph(WKV_DECAY_CLAMPW);
+}
