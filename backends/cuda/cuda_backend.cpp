@@ -764,6 +764,25 @@ int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
     return 0;
 }
 
+/* Which RWKV-7 backward runs: the one place that decides.
+ * - sequential (rwkv7.cu): checkpoints, then a replay per segment, one block per (sequence, head).
+ * - chunked (rwkv7_chunk_bwd.cu): recomputes the chunked forward's per-chunk quantities and
+ *   entry states, walks the chunks backwards for the state gradients at their boundaries, then
+ *   all chunks' token gradients in parallel; fp32 on CUDA cores, ~2.2 M FMA per chunk and head,
+ *   so it wins only where the (sequence, head) blocks cannot fill the GPU (NOTES.md v20). The
+ *   chunked forward's restriction: N = 64, CLAMPW, unpacked; it ignores saved checkpoints. Its
+ *   workspace (rwkv7_chunk_bwd_ws_bytes: ~66 KB per chunk and head) is the caller's.
+ * WKV_CUDA_RWKV7_CHUNKED_BWD=0 never, =1 wherever it applies (tests, measurements). */
+bool rwkv7_use_chunked_bwd(const CudaState* st, const wkv_problem* p) {
+    if (!st->chunk_bwd_ready || st->chunk_bwd_mode == 0) return false;
+    if (p->op != WKV_OP_RWKV7 || p->N != 64 || p->decay_form != WKV_DECAY_CLAMPW || p->seq_offsets || p->T < 1)
+        return false;
+    const size_t bytes = rwkv7_chunk_bwd_ws_bytes(64, p->B, p->H, p->T);
+    if (bytes == 0 || bytes > (size_t)4 * kChunkWsMax || p->B * p->H * ((p->T + 31) / 32) > 0x7fffffff) return false;
+    if (st->chunk_bwd_mode == 1) return true;
+    return p->B * p->H * 2 <= (int64_t)st->sm_count && p->T >= 256;
+}
+
 /* ABI v2: a forward saves the backward's checkpoints into a device workspace for RWKV-7 at
  * N = 32 / 64 (the backward's checkpoint pass runs in the forward's arithmetic there, rwkv7.cu)
  * and for RWKV-6 at every N (each state element is a scalar recurrence with the same fmaf in
@@ -776,6 +795,9 @@ int32_t cuda_saves_checkpoints(void* state, const wkv_problem* p) {
      * plain one (H100), which ate the backward's gain (training step 0.99x; NOTES, RWKV-6 v6) */
     if (p->op == WKV_OP_RWKV6) return p->N <= 64 && device_workspace(p) != nullptr ? 1 : 0;
     if (p->op != WKV_OP_RWKV7) return 0;
+    /* the chunked backward recomputes its chunks' entry states: saving would only slow the
+     * forward (and keep it off the chunked forward) */
+    if (rwkv7_use_chunked_bwd(st, p)) return 0;
     const int hidx = head_index(p->N);
     if (hidx < 0 || st->K1[hidx] == 0 || !rwkv7_forward_saves((int)p->N, st->K1[hidx])) return 0;
     return device_workspace(p) != nullptr ? 1 : 0;
@@ -998,25 +1020,6 @@ bool plan_rwkv64(const wkv_problem* p, Plan64* out) {
     out->seg_off = out->part_off + a256(part);
     out->total = 256 + out->seg_off + seg;
     return out->total <= (uint64_t)SIZE_MAX;
-}
-
-/* Which RWKV-7 backward runs: the one place that decides.
- * - sequential (rwkv7.cu): checkpoints, then a replay per segment, one block per (sequence, head).
- * - chunked (rwkv7_chunk_bwd.cu): recomputes the chunked forward's per-chunk quantities and
- *   entry states, walks the chunks backwards for the state gradients at their boundaries, then
- *   all chunks' token gradients in parallel; fp32 on CUDA cores, ~2.2 M FMA per chunk and head,
- *   so it wins only where the (sequence, head) blocks cannot fill the GPU (NOTES.md v20). The
- *   chunked forward's restriction: N = 64, CLAMPW, unpacked; it ignores saved checkpoints. Its
- *   workspace (rwkv7_chunk_bwd_ws_bytes: ~66 KB per chunk and head) is the caller's.
- * WKV_CUDA_RWKV7_CHUNKED_BWD=0 never, =1 wherever it applies (tests, measurements). */
-bool rwkv7_use_chunked_bwd(const CudaState* st, const wkv_problem* p) {
-    if (!st->chunk_bwd_ready || st->chunk_bwd_mode == 0) return false;
-    if (p->op != WKV_OP_RWKV7 || p->N != 64 || p->decay_form != WKV_DECAY_CLAMPW || p->seq_offsets || p->T < 1)
-        return false;
-    const size_t bytes = rwkv7_chunk_bwd_ws_bytes(64, p->B, p->H, p->T);
-    if (bytes == 0 || bytes > (size_t)4 * kChunkWsMax || p->B * p->H * ((p->T + 31) / 32) > 0x7fffffff) return false;
-    if (st->chunk_bwd_mode == 1) return true;
-    return p->B * p->H * 2 <= (int64_t)st->sm_count && p->T >= 256;
 }
 
 wkv_status plan_backward(const CudaState* st, const wkv_problem* p, int hidx, size_t* bytes,
