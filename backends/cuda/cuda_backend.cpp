@@ -40,8 +40,10 @@
  * (K1, K2) (segment, replay window) is chosen per device at context creation: the longest
  * segment whose shared memory lets two blocks share an SM (K1 >= 8), else the longest that fits
  * one block (see cuda_create). On an H100: N = 32 and 64: K1 = 8, K2 = 4; N = 128: K1 = 8, K2 = 2.
- * E.g. B=8 T=4096 H=32 N=64: 2 GiB. Query wkv_workspace_size on the context that will run the
- * backward.
+ * E.g. B=8 T=4096 H=32 N=64: 2 GiB. Where the chunked RWKV-7 backward runs
+ * (rwkv7_use_chunked_bwd), the larger of that and its own workspace, ~66 KB per 32 tokens and
+ * head (B=1 T=4096 H=32: 270 MB; rwkv7_chunk_bwd.cu). Query wkv_workspace_size on the context
+ * that will run the backward.
  *
  * Supported: RWKV-7 and RWKV-6/5 with N in {32, 64, 128}, RWKV-4 with any C; float32/float16/
  * bfloat16 per tensor, every decay form, any strides, packed sequences, both state orders
