@@ -109,14 +109,15 @@ for dt in f32 f16 bf16; do
 done
 cat "$out/golden_bench.log" >>"$summary"
 note "wkv-bench golden --backend cuda: $(grep -c ' PASS ' "$out/golden_bench.log") PASS lines, $(grep -c ' FAIL ' "$out/golden_bench.log") FAIL lines (golden_bench.log)"
-# RWKV-7's chunked forward wherever it applies (by default only small batches with long T take
-# it; backends/cuda/rwkv7_chunk.cu). The CUDA tests force it in their own case too.
+# RWKV-7's chunked forward and backward wherever they apply (by default only small batches with
+# long T take them; backends/cuda/rwkv7_chunk.cu, rwkv7_chunk_bwd.cu). The CUDA tests force them
+# in their own cases too.
 : >"$out/golden_chunked.log"
 for dt in f32 f16 bf16; do
-  WKV_CUDA_RWKV7_CHUNKED=1 "$bench" golden --backend cuda --dtype "$dt" "$root"/tests/golden/wkv7_*.safetensors \
+  WKV_CUDA_RWKV7_CHUNKED=1 WKV_CUDA_RWKV7_CHUNKED_BWD=1 "$bench" golden --backend cuda --dtype "$dt" "$root"/tests/golden/wkv7_*.safetensors \
     >>"$out/golden_chunked.log" 2>&1
 done
-note "wkv-bench golden --backend cuda, WKV_CUDA_RWKV7_CHUNKED=1: $(grep -c ' PASS ' "$out/golden_chunked.log") PASS lines, $(grep -c ' FAIL ' "$out/golden_chunked.log") FAIL lines"
+note "wkv-bench golden --backend cuda, WKV_CUDA_RWKV7_CHUNKED=1 WKV_CUDA_RWKV7_CHUNKED_BWD=1: $(grep -c ' PASS ' "$out/golden_chunked.log") PASS lines, $(grep -c ' FAIL ' "$out/golden_chunked.log") FAIL lines"
 stamp "golden done" | tee -a "$summary"
 
 # the demo on the best backend present (AUTO: CUDA here), host tensors; f32 and bf16

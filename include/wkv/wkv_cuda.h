@@ -31,7 +31,10 @@ WKV_API wkv_status wkv_cuda_set_stream(wkv_context* ctx, cudaStream_t stream);
  * no synchronisation; in a captured graph an allocation node), which keeps what the last such
  * call needed between calls and gives it back when the context is destroyed; if the pool
  * cannot give it, the call runs the sequential kernel instead (same results within rounding).
- * WKV_CUDA_RWKV7_CHUNKED=0 in the environment at context creation never chunks (no scratch). */
+ * WKV_CUDA_RWKV7_CHUNKED=0 in the environment at context creation never chunks (no scratch).
+ * The chunked RWKV-7 backward (the same shapes) allocates nothing: it runs in the backward's
+ * workspace, which wkv_workspace_size sizes for it (~66 KB per 32 tokens and head);
+ * WKV_CUDA_RWKV7_CHUNKED_BWD=0 at context creation never chunks the backward. */
 
 /* The stream ctx enqueues on (as created: a non-blocking stream of the library's own). */
 WKV_API wkv_status wkv_cuda_get_stream(wkv_context* ctx, cudaStream_t* out_stream);
