@@ -156,7 +156,8 @@ if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
   # training with the forward's checkpoints reused (RWKV-7 N=64 saves them; passes fwd+save and
   # bwd-reuse, interleaved with the plain forward and backward in each sample)
   wb cuda --B 8 --T 4096 --dtype bf16 --reuse
-  wb cuda --B 1 --T 4096 --dtype f16 --pass forward
+  # B=1: prefill (the chunked forward) and a training step (the chunked backward)
+  wb cuda --B 1 --T 4096 --dtype f16 --reuse
   wb cuda --B 1,256 --T 1 --dtype f32 --pass forward
   stamp "wkv-bench perf cuda done" | tee -a "$summary"
 fi
