@@ -498,7 +498,8 @@ TEST_CASE("rwkv4: results are bit-identical over thread counts and work splits")
 
 TEST_CASE("rwkv4: wkv_workspace_size is the documented formula") {
     // workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(16 C G) + A64(8 num_seqs C)
-    //           + chunks A64(4 (4 R + 11) Wm), see backends/cpu/rwkv4.cpp
+    //           + chunks A64(4 (4 R + 11) Wm), Wm = min(32 BG, C), BG blocks of 32 channels per
+    //           item, see backends/cpu/rwkv4.cpp
     auto a64 = [](uint64_t x) { return (x + 63) / 64 * 64; };
     struct Shape {
         int64_t B, T, C;
@@ -507,7 +508,9 @@ TEST_CASE("rwkv4: wkv_workspace_size is the documented formula") {
     };
     const std::vector<Shape> shapes = {{1, 1, 1, {}, 1},       {2, 37, 96, {}, 2},
                                        {3, 32, 7, {}, 16},     {1, 1000, 4096, {}, 1},
-                                       {1, 46, 33, {5, 0, 40, 1}, 3}, {1, 3, 64, {0, 3, 0}, 2}};
+                                       {1, 46, 33, {5, 0, 40, 1}, 3}, {1, 3, 64, {0, 3, 0}, 2},
+                                       {1, 40, 2048, {}, 2},   {1, 40, 2048, {}, 16},
+                                       {2, 31, 1000, {}, 1},   {1, 33, 608, {}, 3}};
     for (const Shape& s : shapes) {
         CAPTURE(s.B);
         CAPTURE(s.T);
@@ -535,7 +538,11 @@ TEST_CASE("rwkv4: wkv_workspace_size is the documented formula") {
         size_t bytes = 0;
         REQUIRE_MESSAGE(wkv_workspace_size(ctx.ctx, &bytes, &g) == WKV_OK, wkv_last_error(ctx.ctx));
 
-        const uint64_t C = static_cast<uint64_t>(s.C), Wm = std::min<uint64_t>(32, C);
+        const uint64_t C = static_cast<uint64_t>(s.C), nb = (C + 31) / 32;
+        const uint64_t seqs = std::max<uint64_t>(1, static_cast<uint64_t>(num_seqs));
+        const uint64_t P = (static_cast<uint64_t>(std::max(1, s.threads)) + seqs - 1) / seqs;
+        const uint64_t BG = std::min<uint64_t>(16, (nb + P - 1) / P);
+        const uint64_t Wm = std::min<uint64_t>(32 * BG, C);
         uint64_t G = 0;
         int64_t max_len = 0;
         for (int64_t q = 0; q < num_seqs; q++) {
@@ -543,8 +550,8 @@ TEST_CASE("rwkv4: wkv_workspace_size is the documented formula") {
             G += static_cast<uint64_t>((len + 31) / 32);
             max_len = std::max(max_len, len);
         }
-        const uint64_t R = max_len < 1 ? 0 : static_cast<uint64_t>(std::min<int64_t>(max_len, 32) - 1);
-        const uint64_t items = static_cast<uint64_t>(num_seqs) * ((C + 31) / 32);
+        const uint64_t R = static_cast<uint64_t>(std::min<int64_t>(max_len, 32));
+        const uint64_t items = static_cast<uint64_t>(num_seqs) * ((nb + BG - 1) / BG);
         const uint64_t chunks = std::min<uint64_t>(items, 4u * static_cast<uint64_t>(s.threads));
         const uint64_t want = 64 + (s.lens.empty() ? 0 : a64(8 * (static_cast<uint64_t>(num_seqs) + 1))) +
                               a64(16 * C * G) + a64(8 * static_cast<uint64_t>(num_seqs) * C) +
@@ -821,5 +828,15 @@ TEST_CASE("rwkv4: every CPU path this machine runs against the reference") {
         c = full_state(Config{});
         c.B = 2, c.T = 1, c.C = 160, c.threads = 3;
         check_config(c, seed + 104);
+        // more blocks (33) than one backward item walks (16): runs of 16, 16, 1 on one
+        // thread, of 7 on 5 threads; per channel the same operations, so the same bits
+        c = full_state(Config{});
+        c.B = 1, c.T = 37, c.C = 1056, c.threads = 1;
+        const Results g1 = check_config(c, seed + 105);
+        c.threads = 5;
+        c.pf = reverse_parallel_for;
+        const Results g5 = check_config(c, seed + 105);
+        REQUIRE(g1.raw.size() == g5.raw.size());
+        for (size_t i = 0; i < g1.raw.size(); i++) CHECK(g1.raw[i] == g5.raw[i]);
     }
 }

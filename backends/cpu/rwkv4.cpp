@@ -18,10 +18,13 @@
  * exponentials stay float32. state_out, checkpoints aside, holds ph, the float32 nearest the
  * exact pp; the next call continues from it.
  *
- * Work items are (sequence s, block of kRwkv4ChannelBlock = 32 channels); channels are
- * independent, every item is computed on its own with a fixed order of operations, and the
- * sums over sequences (dw, du) are reduced in a fixed order afterwards, so results do not
- * depend on the thread count or on how parallel_for splits the work.
+ * Channels come in blocks of kRwkv4ChannelBlock = 32. A forward item is (sequence s, block)
+ * here (the vector paths walk runs of blocks); a backward item is (sequence s, a run of up to
+ * GB = kRwkv4BackwardBlocks = 16 blocks: BG below), walked token by token so that each token's
+ * rows of the run are one contiguous read (NOTES.md, step 28). Channels are independent, every
+ * channel is computed with a fixed order of operations whatever its item, and the sums over
+ * sequences (dw, du) are reduced in a fixed order afterwards, so results do not depend on the
+ * thread count or on how parallel_for splits the work.
  *
  * ------------------------------------------------------------------------------ BACKWARD
  * Checkpoint + replay of (aa, bb, ph, pl); the recurrence is never inverted. K =
@@ -29,7 +32,8 @@
  * segments:
  *   1. run the forward once, storing the state before each segment (C_0 = state_in or empty);
  *   2. for g = G-1 down to 0: replay segment g (m <= K tokens) from C_g, storing the m-1
- *      states before its tokens after the first, then walk t backward with (gaa, gbb, gpp) =
+ *      states before its tokens after the first (the vector paths copy C_g itself into the
+ *      item's first state slot: its blocks' checkpoints are not adjacent), then walk t backward with (gaa, gbb, gpp) =
  *      dL/d(state after token t) (dstate_out or zero at the start); with (aa, bb, pp) the
  *      state before token t and the quantities above:
  *        through y (q cancels out of y: its gradient there is exactly zero and left out):
@@ -49,20 +53,24 @@
  *      partials, in that order.
  *
  * WORKSPACE (bytes), all from the problem and the context's num_threads:
- *   CB     = 32, nb = ceil(C / CB), Wm = min(CB, C)
- *   items  = num_seqs * nb
+ *   CB     = 32, nb = ceil(C / CB), GB = 16
+ *   P      = ceil(max(1, num_threads) / max(1, num_seqs))   (items wanted per sequence)
+ *   BG     = min(GB, ceil(nb / P))                          (blocks per backward item)
+ *   Wm     = min(BG * CB, C)                                (channels per item, at most)
+ *   items  = num_seqs * ceil(nb / BG)
  *   G      = sum over sequences s of ceil(L_s / K)          (unpacked: B * ceil(T / K))
- *   R      = min(K, max_s L_s) - 1, or 0 if that is < 0     (replay states per chunk)
+ *   R      = min(K, max_s L_s)                              (state slots per chunk)
  *   chunks = min(items, 4 * max(1, num_threads))            (see cpu_internal.h)
  *   workspace = 64                                          (to align the base to 64 bytes)
  *             + A64(8 * (num_seqs + 1))      if packed, else 0   (segment prefix sums)
  *             + A64(4 * 4 * C * G)                               (checkpoints: aa bb ph pl)
  *             + A64(4 * 2 * num_seqs * C)                        (dw, du partials)
- *             + chunks * A64(4 * (4 * R + 11) * Wm)              (replay states, 11 rows)
+ *             + chunks * A64(4 * (4 * R + 11) * Wm)              (state slots, 11 rows)
  *   where A64(x) rounds x up to a multiple of 64. Computed in checked 64-bit arithmetic;
  *   WKV_ERROR_OVERFLOW if it does not fit in size_t. (The layout, shared by every op, is
  *   op_common.h's; this file gives the sizes.)
- *   E.g. B=1 T=4096 C=4096: 8 MiB of checkpoints + 32 KiB of partials + chunks x 17 KiB.
+ *   E.g. B=1 T=4096 C=4096, 1 thread: 8 MiB of checkpoints + 32 KiB of partials + 8 chunks
+ *   x 278 KiB.
  *
  * The forward allocates chunks * A64(4 * 10 * Wm) bytes of its own scratch (malloc) before it
  * writes anything, so an allocation failure leaves every output untouched. */
@@ -320,13 +328,22 @@ void forward_item(const wkv_problem* p, int64_t /* group: 1 */, int64_t item,
 
 /* -------------------------------------------------------------------------------- backward */
 
-/* The backward regions (see the top of the file): R = min(K, max_s L_s) - 1 replay states
- * (0 if that is < 0), C * G checkpoint states of kStateRows floats, dwd and du partials per
- * sequence, and per chunk the R replay states and kBackwardRows rows, Wm = min(CB, C) wide. */
+/* Blocks per backward item (BG at the top of the file): as many as leave an item per thread,
+ * at most kRwkv4BackwardBlocks. The same on every path, so the workspace is. */
+int64_t backward_group(const wkv_problem* p, int64_t threads) {
+    const int64_t seqs = p->num_seqs > 0 ? p->num_seqs : 1;
+    const int64_t per_seq = ((threads > 0 ? threads : 1) + seqs - 1) / seqs;
+    const int64_t g = (blocks(p->N) + per_seq - 1) / per_seq;
+    return g < 1 ? 1 : g < kRwkv4BackwardBlocks ? g : kRwkv4BackwardBlocks;
+}
+
+/* The backward regions (see the top of the file): R = min(K, max_s L_s) state slots, C * G
+ * checkpoint states of kStateRows floats, dwd and du partials per sequence, and per chunk the
+ * R state slots and kBackwardRows rows, Wm = min(BG * CB, C) wide. */
 BackwardSizes backward_sizes(const wkv_problem* p, const BackwardShape& shape, CheckedSize& c) {
-    const uint64_t C = (uint64_t)p->N, Wm = (uint64_t)min64(CB, p->N);
+    const uint64_t C = (uint64_t)p->N, Wm = (uint64_t)min64(shape.group * CB, p->N);
     BackwardSizes z;
-    z.replay_states = shape.max_len < 1 ? 0 : min64(shape.max_len, K) - 1;
+    z.replay_states = min64(shape.max_len, K);
     z.ckpt_floats = c.mul((uint64_t)kStateRows, c.mul(C, shape.segments));
     z.part_floats = c.mul(2, c.mul((uint64_t)p->num_seqs, C));
     const uint64_t chunk_rows =
@@ -335,10 +352,12 @@ BackwardSizes backward_sizes(const wkv_problem* p, const BackwardShape& shape, C
     return z;
 }
 
-void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcept {
+/* Block `blk` of sequence s. The chunk holds R state slots and 11 rows of BG blocks; one block
+ * uses R - 1 slots (its replay states) and rows of min(CB, C). */
+void backward_block(const BackwardJob* job, int64_t s, int64_t blk, float* scratch) noexcept {
     const wkv_problem* p = job->p;
-    const int64_t C = p->N, nb = blocks(C), Wm = min64(CB, C);
-    const int64_t s = item / nb, c0 = (item % nb) * CB, W = min64(CB, C - c0);
+    const int64_t C = p->N, Wm = min64(CB, C);
+    const int64_t c0 = blk * CB, W = min64(CB, C - c0);
     int64_t batch, t0, t1;
     wkv_problem_sequence(p, s, &batch, &t0, &t1);
     const int64_t len = t1 - t0;
@@ -416,6 +435,15 @@ void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcep
     store_state4(p->dstate_in, s, c0, W, gs);
 }
 
+/* Item = s * ceil(nb / BG) + i: blocks [i BG, min((i + 1) BG, nb)) of sequence s, one by one
+ * (the vector paths walk them together). */
+void backward_item(const BackwardJob* job, int64_t item, float* scratch) noexcept {
+    const int64_t nb = blocks(job->p->N), bg = job->layout.group;
+    const int64_t per_seq = (nb + bg - 1) / bg;
+    const int64_t s = item / per_seq, b0 = (item % per_seq) * bg;
+    for (int64_t blk = b0; blk < b0 + bg && blk < nb; ++blk) backward_block(job, s, blk, scratch);
+}
+
 /* 4. the partials of sequences 0, 1, ... summed in that order into sequence 0's; then
  * dw = wd * the dwd sum (0 when that sum is 0) and du. */
 void backward_reduce(const BackwardJob* job) {
@@ -460,7 +488,7 @@ bool saves(const wkv_problem*) { return true; }
 const OpDesc kRwkv4Op = {
     "RWKV-4", K, /* by_channel */ true, check, items_per_seq, forward_chunk_floats,
     forward_item, backward_sizes, backward_item, backward_reduce,
-    /* forward_group: 1 */ nullptr, /* backward_group: 1 */ nullptr, saves,
+    /* forward_group: 1 */ nullptr, backward_group, saves,
 };
 
 } // namespace wkv_cpu

@@ -12,8 +12,10 @@ namespace wkv_cpu {
 
 /* Tokens between two checkpointed states in the backward pass (see rwkv4.cpp). */
 constexpr int64_t kRwkv4CheckpointInterval = 32;
-/* Channels per work item (see rwkv4.cpp). */
+/* Channels per block: a forward unit, and the checkpoints' layout (see rwkv4.cpp). */
 constexpr int64_t kRwkv4ChannelBlock = 32;
+/* The most channel blocks one backward item walks together (see rwkv4.cpp). */
+constexpr int64_t kRwkv4BackwardBlocks = 16;
 
 extern const OpDesc kRwkv4Op;
 

@@ -9,9 +9,10 @@
  * empty state, which stay finite). Scratch per chunk: 10 * Cp floats (Cp: the run's channels
  * rounded up to W): the state (4 rows) and w u wd k v y.
  *
- * BACKWARD: rwkv4.cpp's items (sequence, block of 32 channels), workspace and reduction; only
- * where C is a multiple of W (every block is then whole vectors); other C run the scalar
- * backward, so the workspace formula is the same on every path. */
+ * BACKWARD: rwkv4.cpp's items (sequence, run of up to 16 channel blocks), workspace and
+ * reduction, the run walked token by token (each token's rows of the run one contiguous read:
+ * NOTES.md, step 28); only where C is a multiple of W (every block is then whole vectors);
+ * other C run the scalar backward, so the workspace formula is the same on every path. */
 
 constexpr int64_t K4 = kRwkv4CheckpointInterval;
 constexpr int64_t CB4 = kRwkv4ChannelBlock;
@@ -261,19 +262,38 @@ inline void backward_step4(const float* S, int64_t ld, int64_t n, const float* u
 }
 
 
+/* A checkpoint of the run [c0, c0 + n) (save_state4's per-block layout) into rows of ld. */
+inline void load_ckpt4(const BackwardJob* job, int64_t s, int64_t len, int64_t c0, int64_t n,
+                       int64_t ld, float* st, int64_t q) noexcept {
+    const int64_t C = job->p->N, nseg = segment_count(len, K4);
+    const float* base = job->ckpt + (size_t)job->first_segment(s) * (size_t)(kStateRows4 * C);
+    for (int64_t b0 = 0; b0 < n; b0 += CB4) {
+        const int64_t bn = CB4 < n - b0 ? CB4 : n - b0;
+        const float* ck = base + (size_t)nseg * (size_t)(kStateRows4 * (c0 + b0)) +
+                          (size_t)q * (size_t)(kStateRows4 * bn);
+        for (int64_t part = 0; part < kStateRows4; ++part)
+            std::memcpy(st + part * ld + b0, ck + part * bn, sizeof(float) * (size_t)bn);
+    }
+}
+
+/* An item: a run of BG channel blocks of a sequence (rwkv4.cpp's backward_group), walked token
+ * by token; every channel sees rwkv4.cpp's per-block vector steps in the same order. */
 void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) noexcept {
     const wkv_problem* p = job->p;
-    const int64_t C = p->N, nb = (C + CB4 - 1) / CB4, Wm = CB4 < C ? CB4 : C;
-    const int64_t s = item / nb, c0 = (item % nb) * CB4;
-    const int64_t n = CB4 < C - c0 ? CB4 : C - c0; /* a multiple of W */
+    const int64_t C = p->N, nb = (C + CB4 - 1) / CB4, bg = job->layout.group;
+    const int64_t per_seq = (nb + bg - 1) / bg;
+    const int64_t Wm = bg * CB4 < C ? bg * CB4 : C; /* the chunk's row length */
+    const int64_t s = item / per_seq, c0 = (item % per_seq) * bg * CB4;
+    const int64_t n = Wm < C - c0 ? Wm : C - c0; /* a multiple of W */
     int64_t batch, t0, t1;
     wkv_problem_sequence(p, s, &batch, &t0, &t1);
     const int64_t len = t1 - t0;
-    const size_t sz = (size_t)(kStateRows4 * n); /* one state block: 4 rows of n */
+    const size_t sz = (size_t)(kStateRows4 * n); /* one state: 4 rows of n */
 
-    /* rwkv4.cpp's chunk layout: replay blocks, then rows w u wd k v dy dk dv gaa gbb gpp */
-    float* replay = scratch;
-    float* rows = replay + (size_t)job->layout.replay_states * (size_t)(kStateRows4 * Wm);
+    /* rwkv4.cpp's chunk: R state slots (slot 0 a segment's start, slot q + 1 the state after
+     * its token q), then rows w u wd k v dy dk dv gaa gbb gpp */
+    float* slots = scratch;
+    float* rows = slots + (size_t)job->layout.replay_states * (size_t)(kStateRows4 * Wm);
     float* w = rows;
     float* u = rows + Wm;
     float* wd = rows + 2 * Wm;
@@ -311,31 +331,28 @@ void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) no
     load_params4(p, c0, n, n, w, u, wd);
 
     const int64_t nseg = segment_count(len, K4);
-    const int64_t seg0 = job->first_segment(s);
     const bool nt = stream_gradients(p);
-    float* ck = job->ckpt + (size_t)seg0 * (size_t)(kStateRows4 * C) +
-                (size_t)nseg * (size_t)(kStateRows4 * c0);
 
     auto load_kv = [&](int64_t t, const float** k, const float** v) {
         *k = row_in(p->k, token_off4(p->k, batch, t, c0), n, n, kb);
         *v = row_in(p->v, token_off4(p->v, batch, t, c0), n, n, vb);
     };
 
-    /* 1. checkpoints: ck[g] = the state before token t0 + g K */
-    const int64_t pass = p->reuse_checkpoints ? 0 : nseg; /* reuse: the forward saved them */
-    if (pass) load_state4v(p->state_in, s, c0, n, n, n, ck);
-    for (int64_t g = 0; g + 1 < pass; ++g) {
-        float* dst = ck + (size_t)(g + 1) * sz;
-        std::memcpy(dst, ck + (size_t)g * sz, sz * sizeof(float));
-        for (int64_t q = 0; q < K4; ++q) {
-            const int64_t t = t0 + g * K4 + q;
-            if (t + kPrefetchAhead < t1) {
+    /* 1. checkpoints: the state before token t0 + g K, into the blocks' checkpoints (as the
+     * saving forward does); reuse: the forward saved them. Slot 0 carries the state. */
+    if (!p->reuse_checkpoints) {
+        load_state4v(p->state_in, s, c0, n, n, n, slots);
+        save_state4(job, s, len, c0, n, n, slots, 0);
+        const int64_t tl = t0 + (nseg - 1) * K4; /* the last segment's first token */
+        for (int64_t t = t0; t < tl; ++t) {
+            if (t + kPrefetchAhead < tl) {
                 prefetch_row4(p->k, batch, t + kPrefetchAhead, c0, n);
                 prefetch_row4(p->v, batch, t + kPrefetchAhead, c0, n);
             }
             const float *k, *v;
             load_kv(t, &k, &v);
-            step4<false>(dst, n, n, u, wd, k, v, nullptr);
+            step4<false>(slots, n, n, u, wd, k, v, nullptr);
+            if ((t + 1 - t0) % K4 == 0) save_state4(job, s, len, c0, n, n, slots, (t + 1 - t0) / K4);
         }
     }
 
@@ -344,11 +361,11 @@ void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) no
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = t0 + g * K4;
         const int64_t m = t1 - ts < K4 ? t1 - ts : K4;
-        const float* start = ck + (size_t)g * sz;
-        /* replay[q] = the state after token ts + q, q < m - 1 */
+        load_ckpt4(job, s, len, c0, n, n, slots, g);
+        /* slot q + 1 = the state after token ts + q, q < m - 1 */
         for (int64_t q = 0; q + 1 < m; ++q) {
-            float* dst = replay + (size_t)q * sz;
-            std::memcpy(dst, q == 0 ? start : replay + (size_t)(q - 1) * sz, sz * sizeof(float));
+            float* dst = slots + (size_t)(q + 1) * sz;
+            std::memcpy(dst, slots + (size_t)q * sz, sz * sizeof(float));
             const float *k, *v;
             load_kv(ts + q, &k, &v);
             step4<false>(dst, n, n, u, wd, k, v, nullptr);
@@ -360,7 +377,7 @@ void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) no
                 prefetch_row4(p->v, batch, t - kPrefetchAhead, c0, n);
                 prefetch_row4(p->dy, batch, t - kPrefetchAhead, c0, n);
             }
-            const float* S = q == 0 ? start : replay + (size_t)(q - 1) * sz;
+            const float* S = slots + (size_t)q * sz;
             const float *k, *v;
             load_kv(t, &k, &v);
             const float* dy = row_in(p->dy, token_off4(p->dy, batch, t, c0), n, n, dyb);
