@@ -69,7 +69,7 @@
  *   where A64(x) rounds x up to a multiple of 64. Computed in checked 64-bit arithmetic;
  *   WKV_ERROR_OVERFLOW if it does not fit in size_t. (The layout, shared by every op, is
  *   op_common.h's; this file gives the sizes.)
- *   E.g. B=1 T=4096 C=4096, 1 thread: 8 MiB of checkpoints + 32 KiB of partials + 8 chunks
+ *   E.g. B=1 T=4096 C=4096, 1 thread: 8 MiB of checkpoints + 32 KiB of partials + 4 chunks
  *   x 278 KiB.
  *
  * The forward allocates chunks * A64(4 * 10 * Wm) bytes of its own scratch (malloc) before it
