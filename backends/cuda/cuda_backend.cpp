@@ -767,7 +767,7 @@ int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
 }
 
 /* Which RWKV-7 backward runs: the one place that decides.
- * - sequential (rwkv7.cu): checkpoints, then a replay per segment, one block per (sequence, head).
+ * - sequential (rwkv7_bwd.cu): checkpoints, then a replay per segment, one block per (sequence, head).
  * - chunked (rwkv7_chunk_bwd.cu): recomputes the chunked forward's per-chunk quantities and
  *   entry states, walks the chunks backwards for the state gradients at their boundaries, then
  *   all chunks' token gradients in parallel; fp32 on CUDA cores, ~2.2 M FMA per chunk and head,
@@ -786,7 +786,7 @@ bool rwkv7_use_chunked_bwd(const CudaState* st, const wkv_problem* p) {
 }
 
 /* ABI v2: a forward saves the backward's checkpoints into a device workspace for RWKV-7 at
- * N = 32 / 64 (the backward's checkpoint pass runs in the forward's arithmetic there, rwkv7.cu)
+ * N = 32 / 64 (the backward's checkpoint pass runs in the forward's arithmetic there, rwkv7_bwd.cu)
  * and for RWKV-6 at every N (each state element is a scalar recurrence with the same fmaf in
  * both scans, rwkv6.cu). A host workspace would be replaced by scratch: not saved, the
  * backward recomputes. */

@@ -1,6 +1,6 @@
 /* The CUDA backend's internals shared by the host side (cuda_backend.cpp) and the kernels
- * (rwkv7.cu). Plain structs only: they travel to the GPU by value as kernel parameters, so
- * nothing here may point into host memory.
+ * (rwkv7.cu, rwkv7_bwd.cu, ...). Plain structs only: they travel to the GPU by value as kernel
+ * parameters, so nothing here may point into host memory.
  *
  * Launch parameters stay under the classic 4 KB kernel-parameter limit: packed sequences are
  * split into launches of at most kMaxSeqsPerLaunch sequences whose offsets ride in the
@@ -70,12 +70,13 @@ struct Rwkv7BwdParams {
 };
 
 /* Shared-memory bytes of one backward block for head size N with segment K1 and replay K2
- * (see rwkv7.cu). */
+ * (see rwkv7_bwd.cu). */
 size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2);
 /* The largest K1 the backward kernel takes. */
 int rwkv7_max_k1();
 
-/* Launchers (rwkv7.cu). They only enqueue; they return the cudaError_t of the launch as int. */
+/* Launchers (rwkv7.cu forward, rwkv7_bwd.cu backward). They only enqueue; they return the
+ * cudaError_t of the launch as int. */
 /* sms: the device's SM count (the forward picks its lanes per row from it, see rwkv7.cu). */
 int rwkv7_launch_forward(int N, const Rwkv7FwdParams& p, int64_t blocks, int sms, void* stream);
 int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t smem,
@@ -84,7 +85,7 @@ int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t
  * before the first launch). Returns the cudaError_t as int. */
 int rwkv7_prepare_backward(int N, size_t smem);
 /* Whether the forward can save the checkpoints of the backward for head size N with segment K1
- * so that the backward reusing them gives the same bits (see rwkv7.cu). */
+ * so that the backward reusing them gives the same bits (see rwkv7_bwd.cu, pass A). */
 bool rwkv7_forward_saves(int N, int K1);
 /* cudaFuncGetAttributes on the forward kernel for N: fails when the fatbin holds no code for
  * the current device. Returns the cudaError_t as int. */

@@ -2,7 +2,7 @@
 // backward's workspace (wkv_forward_desc.workspace) writes the checkpoints of the backward's
 // pass A; a backward with WKV_BACKWARD_REUSE_CHECKPOINTS skips that pass and must give bit
 // for bit the gradients of one that recomputes them, while the forward's own outputs do not
-// change by saving. RWKV-7 at N = 32 / 64 saves (backends/cuda/rwkv7.cu: pass A runs in the
+// change by saving. RWKV-7 at N = 32 / 64 saves (backends/cuda/rwkv7_bwd.cu: pass A runs in the
 // forward's arithmetic) and N = 128 does not, where the flag must change nothing; RWKV-6 saves
 // at N = 32 / 64 (the row scan stores the column scan's checkpoints, backends/cuda/rwkv6.cu;
 // at N = 128 saving cost the forward more than it saved the backward, so it does not).
