@@ -145,31 +145,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2)
     for (int e = tid; e < HC * HC; e += NT) {
         const int ti = e / HC, si = e % HC;
         float acc[4][2][2];
-#pragma unroll
-        for (int m = 0; m < 4; ++m)
-#pragma unroll
-            for (int x = 0; x < 2; ++x) acc[m][x][0] = acc[m][x][1] = 0.0f;
-#pragma unroll 4
-        for (int j = 0; j < N; j += 4) {
-            float4 ae[2], re[2], bi[2], ki[2];
-#pragma unroll
-            for (int x = 0; x < 2; ++x) {
-                ae[x] = *reinterpret_cast<const float4*>(sA + (ti + x * HC) * NP + j);
-                re[x] = *reinterpret_cast<const float4*>(sR + (ti + x * HC) * NP + j);
-                bi[x] = *reinterpret_cast<const float4*>(sB + (si + x * HC) * NP + j);
-                ki[x] = *reinterpret_cast<const float4*>(sK + (si + x * HC) * NP + j);
-            }
-#pragma unroll
-            for (int x = 0; x < 2; ++x)
-#pragma unroll
-                for (int y = 0; y < 2; ++y) {
-                    if (x == 0 && y == 1) continue; /* s >= C/2 > t: above the diagonal, all zero */
-                    acc[0][x][y] = fmaf(ae[x].x, bi[y].x, fmaf(ae[x].y, bi[y].y, fmaf(ae[x].z, bi[y].z, fmaf(ae[x].w, bi[y].w, acc[0][x][y]))));
-                    acc[1][x][y] = fmaf(ae[x].x, ki[y].x, fmaf(ae[x].y, ki[y].y, fmaf(ae[x].z, ki[y].z, fmaf(ae[x].w, ki[y].w, acc[1][x][y]))));
-                    acc[2][x][y] = fmaf(re[x].x, bi[y].x, fmaf(re[x].y, bi[y].y, fmaf(re[x].z, bi[y].z, fmaf(re[x].w, bi[y].w, acc[2][x][y]))));
-                    acc[3][x][y] = fmaf(re[x].x, ki[y].x, fmaf(re[x].y, ki[y].y, fmaf(re[x].z, ki[y].z, fmaf(re[x].w, ki[y].w, acc[3][x][y]))));
-                }
-        }
+        chunk::tile_products<N, C, NP>(sA, sR, sB, sK, ti, si, acc);
 #pragma unroll
         for (int x = 0; x < 2; ++x)
 #pragma unroll
@@ -331,15 +307,9 @@ __global__ void __launch_bounds__(RB * 16)
     if (p.nc > 0) prefetch(0, 0);
     /* the thread's state: row i, columns q SC .. q SC + SC - 1 */
     float S[SC];
-    {
-        const DevView& v = p.state_in;
-        const float* src = reinterpret_cast<const float*>(v.data);
+    chunk::load_state_row(p.state_in, s, h, i, q, S);
 #pragma unroll
-        for (int x = 0; x < SC; ++x)
-            S[x] = src ? src[s * v.s[0] + h * v.s[1] + (int64_t)i * v.s[2] + (int64_t)(q * SC + x) * v.s[3]] : 0.0f;
-#pragma unroll
-        for (int x = 0; x < SC; ++x) sS[il * N + q * SC + x] = S[x];
-    }
+    for (int x = 0; x < SC; ++x) sS[il * N + q * SC + x] = S[x];
 
     for (int64_t c = 0; c < p.nc; ++c) {
         const int buf = (int)(c & 1);
@@ -374,49 +344,10 @@ __global__ void __launch_bounds__(RB * 16)
         __syncthreads();
 
         /* S <- S o gamma + sum_t P[i][t] Bh[t] + L[i] */
-        {
-            float acc[SC], acc2[SC];
-#pragma unroll
-            for (int x = 0; x < SC; x += 4) {
-                const float4 g = *reinterpret_cast<const float4*>(cb + SM::GM + q * SC + x);
-                const float4 l = *reinterpret_cast<const float4*>(cb + SM::L + il * N + q * SC + x);
-                acc[x] = fmaf(S[x], g.x, l.x);
-                acc[x + 1] = fmaf(S[x + 1], g.y, l.y);
-                acc[x + 2] = fmaf(S[x + 2], g.z, l.z);
-                acc[x + 3] = fmaf(S[x + 3], g.w, l.w);
-                acc2[x] = acc2[x + 1] = acc2[x + 2] = acc2[x + 3] = 0.0f;
-            }
-#pragma unroll 4
-            for (int t = 0; t < C; t += 2) {
-                const float p0 = sP[il * SM::PP + t], p1 = sP[il * SM::PP + t + 1];
-#pragma unroll
-                for (int x = 0; x < SC; x += 4) {
-                    const float4 b0 = *reinterpret_cast<const float4*>(cb + SM::BH + t * N + q * SC + x);
-                    const float4 b1 = *reinterpret_cast<const float4*>(cb + SM::BH + (t + 1) * N + q * SC + x);
-                    acc[x] = fmaf(p0, b0.x, acc[x]);
-                    acc[x + 1] = fmaf(p0, b0.y, acc[x + 1]);
-                    acc[x + 2] = fmaf(p0, b0.z, acc[x + 2]);
-                    acc[x + 3] = fmaf(p0, b0.w, acc[x + 3]);
-                    acc2[x] = fmaf(p1, b1.x, acc2[x]);
-                    acc2[x + 1] = fmaf(p1, b1.y, acc2[x + 1]);
-                    acc2[x + 2] = fmaf(p1, b1.z, acc2[x + 2]);
-                    acc2[x + 3] = fmaf(p1, b1.w, acc2[x + 3]);
-                }
-            }
-#pragma unroll
-            for (int x = 0; x < SC; ++x) {
-                S[x] = acc[x] + acc2[x];
-                sS[il * N + q * SC + x] = S[x];
-            }
-        }
+        chunk::walk_update<N, C, SC>(S, cb + SM::GM, cb + SM::L + il * N, sP + il * SM::PP,
+                                     cb + SM::BH, q, sS + il * N);
     }
-    const DevView& v = p.state_out;
-    if (v.data) {
-        float* dst = reinterpret_cast<float*>(v.data);
-#pragma unroll
-        for (int x = 0; x < SC; ++x)
-            dst[s * v.s[0] + h * v.s[1] + (int64_t)i * v.s[2] + (int64_t)(q * SC + x) * v.s[3]] = S[x];
-    }
+    chunk::store_state_row(p.state_out, s, h, i, q, S);
 }
 
 /* Outputs, one block per (sequence, head, chunk), all in parallel after the walk:
