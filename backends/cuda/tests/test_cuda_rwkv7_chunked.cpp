@@ -16,6 +16,31 @@
 
 using namespace cudatest;
 
+namespace {
+
+// Padded-T and head-major token layouts, each with broadcast w, padded, key-major and in-place
+// states (B=2 H=2 T=45 N=64, the dtype cycling with n): the cases the chunked kernels must take
+// like contiguous ones. Case n gets seed base + n.
+void check_layouts(uint64_t base, int& n) {
+    for (Layout l : {Layout::PaddedT, Layout::HeadMajor})
+        for (int variant = 0; variant < 4; variant++) {
+            Config c;
+            c.B = 2;
+            c.H = 2;
+            c.T = 45;
+            c.N = 64;
+            c.layout = l;
+            c.dtype = kDtypes[(size_t)(n % 3)];
+            c.w_broadcast = variant == 1;
+            c.padded_state = variant == 2 || variant == 3;
+            c.key_major = variant == 2 || variant == 0;
+            c.in_place = variant == 3;
+            check_config(c, base + (uint64_t)n++);
+        }
+}
+
+}  // namespace
+
 // backends/cuda/rwkv7_chunk.cu: N = 64, CLAMPW, unpacked; forced on wherever it applies. The
 // backward (always the sequential checkpoint + replay) checks the same inputs alongside.
 TEST_CASE("cuda: the chunked RWKV-7 forward (WKV_CUDA_RWKV7_CHUNKED=1): golden, random, layouts, graphs") {
@@ -57,21 +82,7 @@ TEST_CASE("cuda: the chunked RWKV-7 forward (WKV_CUDA_RWKV7_CHUNKED=1): golden, 
         c.state_out = n % 5 != 2;
         check_config(c, seed + 510 + (uint64_t)n++);
     }
-    for (Layout l : {Layout::PaddedT, Layout::HeadMajor})
-        for (int variant = 0; variant < 4; variant++) {
-            Config c;
-            c.B = 2;
-            c.H = 2;
-            c.T = 45;
-            c.N = 64;
-            c.layout = l;
-            c.dtype = kDtypes[(size_t)(n % 3)];
-            c.w_broadcast = variant == 1;
-            c.padded_state = variant == 2 || variant == 3;
-            c.key_major = variant == 2 || variant == 0;
-            c.in_place = variant == 3;
-            check_config(c, seed + 510 + (uint64_t)n++);
-        }
+    check_layouts(seed + 510, n);
     check_caller_stream_and_graph(WKV_DECAY_CLAMPW);
 }
 
@@ -276,21 +287,7 @@ TEST_CASE("cuda: the chunked RWKV-7 backward (WKV_CUDA_RWKV7_CHUNKED_BWD=1): gol
             c.dstate_in = n % 7 != 3;
             check_config(c, seed + 710 + (uint64_t)n++);
         }
-    for (Layout l : {Layout::PaddedT, Layout::HeadMajor})
-        for (int variant = 0; variant < 4; variant++) {
-            Config c;
-            c.B = 2;
-            c.H = 2;
-            c.T = 45;
-            c.N = 64;
-            c.layout = l;
-            c.dtype = kDtypes[(size_t)(n % 3)];
-            c.w_broadcast = variant == 1;
-            c.padded_state = variant == 2 || variant == 3;
-            c.key_major = variant == 2 || variant == 0;
-            c.in_place = variant == 3;
-            check_config(c, seed + 710 + (uint64_t)n++);
-        }
+    check_layouts(seed + 710, n);
     {
         ChunkedEnv fenv("1");  // both chunked
         Config c;
