@@ -858,6 +858,30 @@ void set_rwkv7_forward_views(Params* prm, const wkv_problem* p, const Placement&
     prm->H = (int32_t)p->H;
 }
 
+/* The tensor views and sizes both RWKV-7 backwards take (the sequential one's Rwkv7BwdParams,
+ * the chunked one's Rwkv7ChunkBwdParams), zeroing the rest. */
+template <class Params>
+void set_rwkv7_backward_views(Params* prm, const wkv_problem* p, const Placement& pl) {
+    std::memset(prm, 0, sizeof *prm);
+    prm->r = pl.v[0];
+    prm->w = pl.v[1];
+    prm->k = pl.v[2];
+    prm->v = pl.v[3];
+    prm->a = pl.v[4];
+    prm->b = pl.v[5];
+    prm->dy = pl.v[10];
+    prm->dstate_out = pl.v[kDstateOut];
+    prm->dr = pl.v[kDr];
+    prm->dw = pl.v[kDr + 1];
+    prm->dk = pl.v[kDr + 2];
+    prm->dv = pl.v[kDr + 3];
+    prm->da = pl.v[kDr + 4];
+    prm->db = pl.v[kDr + 5];
+    prm->dstate_in = pl.v[kDstateIn];
+    prm->T = p->T;
+    prm->H = (int32_t)p->H;
+}
+
 /* The pool keeps `bytes` between calls. Not while the stream is being captured: setting an
  * attribute is no stream work, and the graph's own allocation does not come from the pool. */
 void chunk_pool_keep(CudaState* st, uint64_t bytes) {
@@ -1181,25 +1205,8 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
         f.nc = (int32_t)((p->T + rwkv7_chunk_len(64) - 1) / rwkv7_chunk_len(64));
         f.ws = reinterpret_cast<float*>(align_up_ptr(ws, kScratchAlign)); /* need has the slack */
         Rwkv7ChunkBwdParams b;
-        std::memset(&b, 0, sizeof b);
-        b.r = pl.v[0];
-        b.w = pl.v[1];
-        b.k = pl.v[2];
-        b.v = pl.v[3];
-        b.a = pl.v[4];
-        b.b = pl.v[5];
-        b.dy = pl.v[10];
-        b.dstate_out = pl.v[kDstateOut];
-        b.dr = pl.v[kDr];
-        b.dw = pl.v[kDr + 1];
-        b.dk = pl.v[kDr + 2];
-        b.dv = pl.v[kDr + 3];
-        b.da = pl.v[kDr + 4];
-        b.db = pl.v[kDr + 5];
-        b.dstate_in = pl.v[kDstateIn];
-        b.T = p->T;
+        set_rwkv7_backward_views(&b, p, pl);
         b.B = p->B;
-        b.H = (int32_t)p->H;
         b.nc = f.nc;
         b.ws = f.ws;
         b.ds = f.ws + rwkv7_chunk_ws_bytes(64, p->B, p->H, p->T) / sizeof(float);
@@ -1208,27 +1215,10 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
         return stage_out(st, &pl, &drain, msg);
     }
     Rwkv7BwdParams prm;
-    std::memset(&prm, 0, sizeof prm);
-    prm.r = pl.v[0];
-    prm.w = pl.v[1];
-    prm.k = pl.v[2];
-    prm.v = pl.v[3];
-    prm.a = pl.v[4];
-    prm.b = pl.v[5];
+    set_rwkv7_backward_views(&prm, p, pl);
     prm.state_in = pl.v[kStateIn];
-    prm.dy = pl.v[10];
-    prm.dstate_out = pl.v[kDstateOut];
-    prm.dr = pl.v[kDr];
-    prm.dw = pl.v[kDr + 1];
-    prm.dk = pl.v[kDr + 2];
-    prm.dv = pl.v[kDr + 3];
-    prm.da = pl.v[kDr + 4];
-    prm.db = pl.v[kDr + 5];
-    prm.dstate_in = pl.v[kDstateIn];
     prm.ckpt = checkpoint_area(ws);
     prm.reuse = p->reuse_checkpoints ? 1 : 0;
-    prm.T = p->T;
-    prm.H = (int32_t)p->H;
     prm.form = (int32_t)p->decay_form;
     prm.K1 = st->K1[hidx];
     prm.K2 = st->K2[hidx];
