@@ -1,6 +1,6 @@
 /* Device helpers shared by rwkv6.cu and rwkv4.cu: element loads/stores of any dtype, the decay
- * forms, sequence bounds of a block (rwkv7.cu keeps its own tuned copies); asynchronous copies
- * (rwkv7.cu, rwkv7_chunk.cu). */
+ * forms, sequence bounds of a block (RWKV-7's sequential kernels keep their own tuned copies in
+ * rwkv7_step.cuh); asynchronous copies (rwkv7_bwd.cu, rwkv7_chunk*.cu, rwkv6.cu). */
 #ifndef WKV_BACKENDS_CUDA_ELEM_CUH
 #define WKV_BACKENDS_CUDA_ELEM_CUH
 
@@ -13,7 +13,7 @@
 namespace wkv_cuda {
 namespace elem {
 
-/* Branch-free element load (see rwkv7.cu's load_elem for why). */
+/* Branch-free element load (see rwkv7_step.cuh's load_elem for why). */
 __device__ __forceinline__ float load(const DevView& v, int64_t off) {
     const int es = v.elem == 0 ? 4 : 2;
     const unsigned short* ptr = reinterpret_cast<const unsigned short*>(v.data + off * es);
