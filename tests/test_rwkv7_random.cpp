@@ -24,49 +24,14 @@
 #include <vector>
 
 #include "test_isa.h"
+#include "test_rwkv7_config.h"
 #include "test_util.h"
 
 using namespace wkvtest;
 
 namespace {
 
-// How the per-token tensors (inputs, y, dy and the gradients) sit in memory.
-enum class Layout {
-    Contiguous, // [B,T,H,N], strides NULL
-    PaddedT,    // [B,T,H,N] inside a buffer twice as wide on T (T stride 2*H*N), byte_offset != 0
-    HeadMajor,  // memory [B,H,T,N]: the T and H axes transposed
-};
-
-const char* layout_name(Layout l) {
-    return l == Layout::Contiguous ? "contiguous" : l == Layout::PaddedT ? "padded-T" : "head-major";
-}
-
-struct Config {
-    int64_t B = 1, T = 1, H = 1, N = 1;
-    wkv_decay_form form = WKV_DECAY_CLAMPW;
-    wkv_dtype dtype = WKV_DTYPE_F32;
-    bool state_in = false;    // forward: state_in = s0
-    bool state_out = false;   // forward: state_out
-    bool dstate_out = false;  // backward: dstate_out = dsT
-    bool dstate_in = false;   // backward: dstate_in (only with state_in)
-    Layout layout = Layout::Contiguous;
-    bool w_broadcast = false;  // w has a T stride of 0
-    bool padded_state = false; // states with a gap between heads and a byte_offset
-    bool key_major = false;    // WKV_FLAG_STATE_KEY_MAJOR
-    bool in_place = false;     // state_out is state_in
-    int threads = 2;
-
-    std::string describe() const {
-        std::ostringstream s;
-        s << "B=" << B << " T=" << T << " H=" << H << " N=" << N << " form=" << form_name(form)
-          << " dtype=" << dtype_name(dtype) << " state_in=" << state_in
-          << " state_out=" << state_out << " dstate_out=" << dstate_out
-          << " dstate_in=" << dstate_in << " layout=" << layout_name(layout)
-          << " w_broadcast=" << w_broadcast << " padded_state=" << padded_state
-          << " key_major=" << key_major << " in_place=" << in_place << " threads=" << threads;
-        return s.str();
-    }
-};
+using Config = Rwkv7Config;
 
 // The library's results, as logical float64 values in the reference's layout (states value-
 // major), plus the raw output buffers for bit-exact comparisons.
@@ -74,35 +39,6 @@ struct Results {
     std::vector<double> y, sT, dr, dw, dk, dv, da, db, ds0;
     std::vector<std::vector<unsigned char>> raw;
 };
-
-HostTensor token_tensor(const Config& c, wkv_dtype dt, bool broadcast_t = false) {
-    const int64_t B = c.B, T = c.T, H = c.H, N = c.N;
-    std::vector<int64_t> shape = {B, T, H, N};
-    if (broadcast_t) return HostTensor(dt, shape, {H * N, 0, N, 1}, 0);
-    switch (c.layout) {
-    case Layout::PaddedT: return HostTensor(dt, shape, {T * 2 * H * N, 2 * H * N, N, 1}, 3);
-    case Layout::HeadMajor: return HostTensor(dt, shape, {H * T * N, N, T * N, 1}, 0);
-    default: return HostTensor(dt, shape);
-    }
-}
-
-HostTensor state_tensor(const Config& c, int64_t S) {
-    std::vector<int64_t> shape = {S, c.H, c.N, c.N};
-    if (c.padded_state)
-        return HostTensor(WKV_DTYPE_F32, shape, {c.H * (c.N * c.N + 5), c.N * c.N + 5, c.N, 1}, 2);
-    return HostTensor(WKV_DTYPE_F32, shape);
-}
-
-// A state [S,H,N,N] as the library holds it: transposed in the last two axes when key-major.
-std::vector<double> to_lib_state(const Config& c, int64_t S, const std::vector<double>& x) {
-    return c.key_major ? permute(x, {S, c.H, c.N, c.N}, {0, 1, 3, 2}) : x;
-}
-
-// Fills an input: the whole storage NaN first (gaps must never be read), then the values.
-void fill_input(HostTensor& t, const std::vector<double>& v) {
-    t.poison();
-    t.fill(v);
-}
 
 struct ContextHolder {
     wkv_context* ctx = nullptr;
@@ -585,7 +521,7 @@ TEST_CASE("rwkv7 random: shapes, decay forms, dtypes and states against the refe
         c.dstate_in = c.state_in && (state_mode != 3 || i % 2 == 0);
         if (c.T == 100 && c.N == 128) c.B = 1;  // the one big shape: keep it cheap
         // Sprinkle the layout features over the shapes too (they have their own tests below).
-        c.layout = i % 7 == 3 ? Layout::PaddedT : i % 7 == 5 ? Layout::HeadMajor : Layout::Contiguous;
+        c.layout = i % 7 == 3 ? Layout::PaddedT : i % 7 == 5 ? Layout::Transposed : Layout::Contiguous;
         c.w_broadcast = i % 11 == 4;
         c.key_major = i % 13 == 6;
         c.padded_state = i % 17 == 9;
@@ -600,7 +536,7 @@ TEST_CASE("rwkv7 random: shapes, decay forms, dtypes and states against the refe
 TEST_CASE("rwkv7 random: strided and broadcast inputs") {
     WKV_SEED_INFO();
     int i = 0;
-    for (Layout layout : {Layout::PaddedT, Layout::HeadMajor, Layout::Contiguous}) {
+    for (Layout layout : {Layout::PaddedT, Layout::Transposed, Layout::Contiguous}) {
         for (wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_BF16}) {
             for (bool w_broadcast : {false, true}) {
                 Config c;
@@ -779,7 +715,7 @@ TEST_CASE("rwkv7 random: every CPU path this machine runs against the reference"
             c.in_place = c.state_in && c.state_out && i % 4 == 3;
             c.key_major = i == 5;
             c.padded_state = i == 7;
-            c.layout = i == 8 ? Layout::HeadMajor : i == 10 ? Layout::PaddedT : Layout::Contiguous;
+            c.layout = i == 8 ? Layout::Transposed : i == 10 ? Layout::PaddedT : Layout::Contiguous;
             c.threads = 1 + i % 2;
             check_case(c, seed + 7000 + static_cast<uint64_t>(i));
         }

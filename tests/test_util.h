@@ -1,7 +1,8 @@
 // Small helpers shared by the tests: random numbers, host tensors with arbitrary strides and
-// dtypes (with NaN poisoning), norm-wise relative error, 16-bit rounding, reading the golden
-// files (through tools/common/safetensors.h), and random RWKV-7 inputs drawn the way the golden
-// files' README describes. Header-only; everything is `inline` so every test file may include it.
+// dtypes (with NaN poisoning), the per-token layouts the tests cycle through, norm-wise relative
+// error, 16-bit rounding, reading the golden files (through tools/common/safetensors.h), and
+// random RWKV-7 inputs drawn the way the golden files' README describes. Header-only; everything
+// is `inline` so every test file may include it.
 #ifndef WKV_TESTS_TEST_UTIL_H
 #define WKV_TESTS_TEST_UTIL_H
 
@@ -220,6 +221,53 @@ inline std::vector<double> permute(const std::vector<double>& x, const std::vect
         out[lin] = x[static_cast<size_t>(src)];
     }
     return out;
+}
+
+// Fills an input: the whole storage NaN first (gaps must never be read), then the values.
+inline void fill_input(HostTensor& t, const std::vector<double>& v) {
+    t.poison();
+    t.fill(v);
+}
+
+// How per-token tensors sit in memory.
+enum class Layout {
+    Contiguous,   // strides NULL
+    PaddedT,      // inside a buffer twice as wide on T, byte_offset != 0
+    Transposed,   // RWKV-6: memory [B,H,T,N]; RWKV-4: memory [B,C,T] (channel stride T)
+    InnerStride,  // every element 2 apart (last stride 2), byte_offset != 0
+};
+
+inline const char* layout_name(Layout l) {
+    switch (l) {
+    case Layout::Contiguous: return "contiguous";
+    case Layout::PaddedT: return "padded-T";
+    case Layout::Transposed: return "transposed";
+    default: return "inner-stride-2";
+    }
+}
+
+// A per-token tensor [B,T,H,N] (H = 0: [B,T,N], RWKV-4) in `l`; `broadcast_t`: T-stride 0.
+inline HostTensor token_tensor(wkv_dtype dt, int64_t B, int64_t T, int64_t H, int64_t N,
+                               Layout l, bool broadcast_t = false) {
+    if (H == 0) {  // [B,T,C]
+        const int64_t C = N;
+        std::vector<int64_t> shape = {B, T, C};
+        if (broadcast_t) return HostTensor(dt, shape, {C, 0, 1}, 1);
+        switch (l) {
+        case Layout::PaddedT: return HostTensor(dt, shape, {T * 2 * C, 2 * C, 1}, 3);
+        case Layout::Transposed: return HostTensor(dt, shape, {C * T, 1, T}, 0);
+        case Layout::InnerStride: return HostTensor(dt, shape, {2 * T * C, 2 * C, 2}, 1);
+        default: return HostTensor(dt, shape);
+        }
+    }
+    std::vector<int64_t> shape = {B, T, H, N};
+    if (broadcast_t) return HostTensor(dt, shape, {H * N, 0, N, 1}, 1);
+    switch (l) {
+    case Layout::PaddedT: return HostTensor(dt, shape, {T * 2 * H * N, 2 * H * N, N, 1}, 3);
+    case Layout::Transposed: return HostTensor(dt, shape, {H * T * N, N, T * N, 1}, 0);
+    case Layout::InnerStride: return HostTensor(dt, shape, {2 * T * H * N, 2 * H * N, 2 * N, 2}, 1);
+    default: return HostTensor(dt, shape);
+    }
 }
 
 // ------------------------------------------------------------------------------ safetensors

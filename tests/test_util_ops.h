@@ -1,7 +1,7 @@
 // Helpers for the RWKV-6/5 and RWKV-4 tests (tests/test_rwkv6.cpp, tests/test_rwkv4.cpp): the
 // float64 problems and their reference runs, random inputs drawn the way the golden files'
-// README describes, packed-sequence slicing, a CPU context, NaN-poisoned workspaces, and
-// per-token tensor layouts. Header-only (everything inline); builds on test_util.h.
+// README describes, packed-sequence slicing, a CPU context and NaN-poisoned workspaces.
+// Header-only (everything inline); builds on test_util.h.
 #ifndef WKV_TESTS_TEST_UTIL_OPS_H
 #define WKV_TESTS_TEST_UTIL_OPS_H
 
@@ -268,12 +268,6 @@ inline void reverse_parallel_for(void*, int64_t n, wkv_task_fn fn, void* data) {
     for (int64_t i = n - 1; i >= 0; i--) fn(data, i, i + 1);
 }
 
-// Fills an input: the whole storage NaN first (gaps must never be read), then the values.
-inline void fill_input(HostTensor& t, const std::vector<double>& v) {
-    t.poison();
-    t.fill(v);
-}
-
 inline bool all_nan(const HostTensor& t) {
     for (size_t e = 0; e < t.buf.size() / t.elem_size(); ++e)
         if (!std::isnan(t.load(static_cast<int64_t>(e)))) return false;
@@ -293,47 +287,6 @@ struct Workspace {
         return true;
     }
 };
-
-// How per-token tensors sit in memory.
-enum class Layout {
-    Contiguous,   // strides NULL
-    PaddedT,      // inside a buffer twice as wide on T, byte_offset != 0
-    Transposed,   // RWKV-6: memory [B,H,T,N]; RWKV-4: memory [B,C,T] (channel stride T)
-    InnerStride,  // every element 2 apart (last stride 2), byte_offset != 0
-};
-
-inline const char* layout_name(Layout l) {
-    switch (l) {
-    case Layout::Contiguous: return "contiguous";
-    case Layout::PaddedT: return "padded-T";
-    case Layout::Transposed: return "transposed";
-    default: return "inner-stride-2";
-    }
-}
-
-// A per-token tensor [B,T,H,N] (H = 0: [B,T,N], RWKV-4) in `l`; `broadcast_t`: T-stride 0.
-inline HostTensor token_tensor(wkv_dtype dt, int64_t B, int64_t T, int64_t H, int64_t N,
-                               Layout l, bool broadcast_t = false) {
-    if (H == 0) {  // [B,T,C]
-        const int64_t C = N;
-        std::vector<int64_t> shape = {B, T, C};
-        if (broadcast_t) return HostTensor(dt, shape, {C, 0, 1}, 1);
-        switch (l) {
-        case Layout::PaddedT: return HostTensor(dt, shape, {T * 2 * C, 2 * C, 1}, 3);
-        case Layout::Transposed: return HostTensor(dt, shape, {C * T, 1, T}, 0);
-        case Layout::InnerStride: return HostTensor(dt, shape, {2 * T * C, 2 * C, 2}, 1);
-        default: return HostTensor(dt, shape);
-        }
-    }
-    std::vector<int64_t> shape = {B, T, H, N};
-    if (broadcast_t) return HostTensor(dt, shape, {H * N, 0, N, 1}, 1);
-    switch (l) {
-    case Layout::PaddedT: return HostTensor(dt, shape, {T * 2 * H * N, 2 * H * N, N, 1}, 3);
-    case Layout::Transposed: return HostTensor(dt, shape, {H * T * N, N, T * N, 1}, 0);
-    case Layout::InnerStride: return HostTensor(dt, shape, {2 * T * H * N, 2 * H * N, 2 * N, 2}, 1);
-    default: return HostTensor(dt, shape);
-    }
-}
 
 // Tolerances (norm-wise relative error): float32 everywhere, or any 16-bit tensor involved.
 constexpr double kTolF32 = 1e-5;

@@ -2,35 +2,9 @@
 #include "rwkv7_harness.h"
 
 #include <iomanip>
+#include <sstream>
 
 namespace cudatest {
-
-HostTensor token_tensor(const Config& c, wkv_dtype dt, bool broadcast_t) {
-    const int64_t B = c.B, T = c.T, H = c.H, N = c.N;
-    std::vector<int64_t> shape = {B, T, H, N};
-    if (broadcast_t) return HostTensor(dt, shape, {H * N, 0, N, 1}, 0);
-    switch (c.layout) {
-    case Layout::PaddedT: return HostTensor(dt, shape, {T * 2 * H * N, 2 * H * N, N, 1}, 3);
-    case Layout::HeadMajor: return HostTensor(dt, shape, {H * T * N, N, T * N, 1}, 0);
-    default: return HostTensor(dt, shape);
-    }
-}
-
-HostTensor state_tensor(const Config& c, int64_t S) {
-    std::vector<int64_t> shape = {S, c.H, c.N, c.N};
-    if (c.padded_state)
-        return HostTensor(WKV_DTYPE_F32, shape, {c.H * (c.N * c.N + 5), c.N * c.N + 5, c.N, 1}, 2);
-    return HostTensor(WKV_DTYPE_F32, shape);
-}
-
-std::vector<double> to_lib_state(const Config& c, int64_t S, const std::vector<double>& x) {
-    return c.key_major ? permute(x, {S, c.H, c.N, c.N}, {0, 1, 3, 2}) : x;
-}
-
-void fill_input(HostTensor& t, const std::vector<double>& v) {
-    t.poison();
-    t.fill(v);
-}
 
 Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
                     const std::vector<double>& dy, const std::vector<double>& dsT,
@@ -43,7 +17,7 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
         wkv_context_options o{};
         o.struct_size = sizeof o;
         o.backend = backend;
-        o.cpu_threads = 2;
+        o.cpu_threads = c.threads;
         const wkv_status st = wkv_context_create(&o, &ctx);
         INFO(wkv_last_error(nullptr));
         REQUIRE(st == WKV_OK);

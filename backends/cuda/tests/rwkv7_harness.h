@@ -8,49 +8,22 @@
 
 #include <cstdlib>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cuda_test_support.h"
+#include "test_rwkv7_config.h"
 
 namespace cudatest {
 
-enum class Layout { Contiguous, PaddedT, HeadMajor };
-
-inline const char* layout_name(Layout l) {
-    return l == Layout::Contiguous ? "contiguous" : l == Layout::PaddedT ? "padded-T" : "head-major";
-}
-
-struct Config {
-    int64_t B = 1, T = 1, H = 1, N = 64;
-    wkv_decay_form form = WKV_DECAY_CLAMPW;
-    wkv_dtype dtype = WKV_DTYPE_F32;
-    bool state_in = true, state_out = true, dstate_out = true, dstate_in = true;
-    Layout layout = Layout::Contiguous;
-    bool w_broadcast = false, padded_state = false, key_major = false, in_place = false;
-
-    std::string describe() const {
-        std::ostringstream s;
-        s << "B=" << B << " T=" << T << " H=" << H << " N=" << N << " form=" << form_name(form)
-          << " dtype=" << dtype_name(dtype) << " state_in=" << state_in << " state_out=" << state_out
-          << " dstate_out=" << dstate_out << " dstate_in=" << dstate_in
-          << " layout=" << layout_name(layout) << " w_broadcast=" << w_broadcast
-          << " padded_state=" << padded_state << " key_major=" << key_major << " in_place=" << in_place;
-        return s.str();
+// The CUDA cases' configuration: head size 64 and every state option on unless a case says
+// otherwise (the shared RWKV-7 configuration's defaults are the CPU tests' minimal ones).
+struct Config : Rwkv7Config {
+    Config() {
+        N = 64;
+        state_in = state_out = dstate_out = dstate_in = true;
     }
 };
-
-// Host tensors in c's layout: a token tensor [B,T,H,N] (w broadcast over T with a T-stride of 0
-// when asked), a state [S,H,N,N] (rows padded when c.padded_state); a state's values in the
-// library's index order (key-major when c.key_major); an input poisoned, then filled.
-HostTensor token_tensor(const Config& c, wkv_dtype dt, bool broadcast_t = false);
-
-HostTensor state_tensor(const Config& c, int64_t S);
-
-std::vector<double> to_lib_state(const Config& c, int64_t S, const std::vector<double>& x);
-
-void fill_input(HostTensor& t, const std::vector<double>& v);
 
 struct Results {
     std::vector<double> y, sT, dr, dw, dk, dv, da, db, ds0;

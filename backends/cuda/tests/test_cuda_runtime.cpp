@@ -165,7 +165,7 @@ TEST_CASE("cuda: host tensors, wkv_buffers and a mix give the device-pointer res
     CUDA_TEST_OR_SKIP();
     const uint64_t seed = test_seed();
     int n = 0;
-    for (Layout l : {Layout::Contiguous, Layout::PaddedT, Layout::HeadMajor})
+    for (Layout l : {Layout::Contiguous, Layout::PaddedT, Layout::Transposed})
         for (int variant = 0; variant < 4; variant++) {
             Config c;
             c.B = 2;

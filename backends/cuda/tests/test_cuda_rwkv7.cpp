@@ -72,7 +72,7 @@ TEST_CASE("cuda: strided views, broadcast w, padded and key-major states, in-pla
     CUDA_TEST_OR_SKIP();
     const uint64_t seed = test_seed();
     int n = 0;
-    for (Layout l : {Layout::Contiguous, Layout::PaddedT, Layout::HeadMajor})
+    for (Layout l : {Layout::Contiguous, Layout::PaddedT, Layout::Transposed})
         for (int variant = 0; variant < 4; variant++) {
             Config c;
             c.B = 2;
@@ -104,7 +104,7 @@ TEST_CASE("cuda: packed sequences (empty ones, segment edges, more than one laun
         check_config(c, seed + 300, &off);
         c.dtype = WKV_DTYPE_F32;
         c.key_major = true;
-        c.layout = Layout::HeadMajor;
+        c.layout = Layout::Transposed;
         c.form = WKV_DECAY_LOG;
         check_config(c, seed + 301, &off);
     }

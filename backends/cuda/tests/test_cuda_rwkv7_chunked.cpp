@@ -22,7 +22,7 @@ namespace {
 // states (B=2 H=2 T=45 N=64, the dtype cycling with n): the cases the chunked kernels must take
 // like contiguous ones. Case n gets seed base + n.
 void check_layouts(uint64_t base, int& n) {
-    for (Layout l : {Layout::PaddedT, Layout::HeadMajor})
+    for (Layout l : {Layout::PaddedT, Layout::Transposed})
         for (int variant = 0; variant < 4; variant++) {
             Config c;
             c.B = 2;
