@@ -1,7 +1,8 @@
-/* RWKV-7 backward in chunks of C = 32 tokens, parallel over time (small batch), fp32 on CUDA
- * cores: a first implementation of NOTES.md "Chunked backward: design", step by step the float64
- * spec design/rwkv7_chunk_bwd.py (same names: W, Aab, Arb, U, dU, dX, dM, ...). CLAMPW, N = 64,
- * unpacked sequences (rwkv7_use_chunked_bwd in cuda_backend.cpp).
+/* RWKV-7 backward in chunks of C = 32 tokens, parallel over time (small batch): NOTES.md
+ * "Chunked backward: design", step by step the float64 spec design/rwkv7_chunk_bwd.py (same
+ * names: W, Aab, Arb, U, dU, dX, dM, ...). CLAMPW, N = 64, unpacked sequences
+ * (rwkv7_use_chunked_bwd in cuda_backend.cpp). B3's matrix products run on tensor cores (TF32,
+ * 3xTF32 where a tensor is float32; NOTES v21), everything else in fp32 on CUDA cores.
  *
  * The workspace (rwkv7_chunk_bwd_ws_bytes, the caller's backward workspace) holds the chunked
  * forward's per-chunk area (rwkv7_chunk.cuh's ChunkWs) followed by one N x N matrix per chunk
@@ -66,9 +67,9 @@ __device__ __forceinline__ void axpy_row_below(float (&x)[C], const float* row, 
 constexpr int kPrepThreads = 256;
 
 __global__ void __launch_bounds__(kPrepThreads) rwkv7_chunk_bwd_prep_kernel(const __grid_constant__ Rwkv7ChunkBwdParams p) {
-    constexpr int N = kN, C = kC, NT = kPrepThreads;
+    constexpr int N = kN, C = kC, NT = kPrepThreads, WP = 2 * C + 1;
     __shared__ float sDY[C][N];
-    __shared__ float sZ[C][N];
+    __shared__ float sWZ[N][WP]; /* the chunk's W | Z rows (key j), padded: column reads conflict-free */
     const int tid = threadIdx.x;
     const int64_t c = blockIdx.x % p.nc, sh = blockIdx.x / p.nc;
     const int64_t h = sh % p.H, s = sh / p.H, t0 = c * C;
@@ -83,12 +84,9 @@ __global__ void __launch_bounds__(kPrepThreads) rwkv7_chunk_bwd_prep_kernel(cons
             sDY[u][i] = t0 + u < p.T ? d : 0.0f;
         }
     }
-    for (int e = tid; e < N * C; e += NT) {
-        const int j = e / C, t = e % C;
-        sZ[t][j] = ws[WS::WZ + (size_t)j * 2 * C + C + t];
-        ws[WS::YL + (size_t)t * N + j] = ws[WS::WZ + (size_t)j * 2 * C + t]; /* W^T */
-    }
+    for (int e = tid; e < N * 2 * C; e += NT) sWZ[e / (2 * C)][e % (2 * C)] = ws[WS::WZ + e];
     __syncthreads();
+    for (int e = tid; e < N * C; e += NT) ws[WS::YL + e] = sWZ[e % N][e / N]; /* W^T [t][j] */
     /* thread: column j, rows i = ig + 4 m */
     const int j = tid % N, ig = tid / N;
     float acc[N / 4];
@@ -96,7 +94,7 @@ __global__ void __launch_bounds__(kPrepThreads) rwkv7_chunk_bwd_prep_kernel(cons
     for (int m = 0; m < N / 4; ++m) acc[m] = 0.0f;
 #pragma unroll 4
     for (int t = 0; t < C; ++t) {
-        const float z = sZ[t][j];
+        const float z = sWZ[j][C + t];
 #pragma unroll
         for (int m = 0; m < N / 4; ++m) acc[m] = fmaf(sDY[t][ig + 4 * m], z, acc[m]);
     }
@@ -194,33 +192,88 @@ __global__ void __launch_bounds__(kWalkRows * 16) rwkv7_chunk_bwd_walk_kernel(co
     chunk::store_state_row(p.dstate_in, s, h, i, q, S);
 }
 
-/* ---- B3: the chunks' local gradients ------------------------------------------------------ */
+/* ---- B3: the chunks' local gradients, products on tensor cores ---------------------------- */
 
 constexpr int kLocalThreads = 256;
 
-/* Shared memory, in floats. Token rows [C][NP] (NP = N + 4: float4 rows in distinct banks);
- * the states [N][SP] (SP = N + 1: a warp reading one row's columns or one column's rows is
- * conflict-free); the forward matrices transposed [s][t] (rows of CT = C + 4, float4 reads by
- * the solves) and Aab untransposed, later aliased by the four dM [t][s] (rows of C + 1). */
+/* Every matrix product of B3 runs as mma.sync m16n8k8 with TF32 operands and float32
+ * accumulation (NOTES.md, v21). P = 1: operands rounded to TF32 (10-bit mantissa; the design's
+ * precision model: ~5e-4 relative, for 16-bit I/O whose tolerance is 4e-3); P = 3: each operand
+ * split hi + lo and three products summed (lo hi + hi lo + hi hi; what is dropped, lo lo, is
+ * ~2^-22 relative: float32 accuracy, for f32 I/O and its 2e-5). */
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* acc[n] += A B for the warp's 16 x 8 tiles n = 0..NT-1, k over [k0, k1) (multiples of 8):
+ * A(m, k) = a[m am + k ak] (a at the tile's first row), B(k, n) = b[k bk + n bn] (b at its first
+ * column). Lane (g, q) = (lane / 4, lane % 4) holds acc[n][x] = D(g + 8 (x / 2), 8 n + 2 q + x % 2)
+ * (PTX's fragment layout for m16n8k8 .tf32). */
+template <int P, int NT>
+__device__ __forceinline__ void mma_acc(float (&acc)[NT][4], const float* a, int am, int ak, const float* b, int bk,
+                                        int bn, int k0, int k1) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll 2
+    for (int k = k0; k < k1; k += 8) {
+        const float af[4] = {a[g * am + (k + q) * ak], a[(g + 8) * am + (k + q) * ak], a[g * am + (k + q + 4) * ak],
+                             a[(g + 8) * am + (k + q + 4) * ak]};
+        uint32_t ah[4], al[4];
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            ah[x] = to_tf32(af[x]);
+            al[x] = P == 3 ? to_tf32(af[x] - __uint_as_float(ah[x])) : 0u;
+        }
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const float b0 = b[(k + q) * bk + (8 * n + g) * bn], b1 = b[(k + q + 4) * bk + (8 * n + g) * bn];
+            const uint32_t bh0 = to_tf32(b0), bh1 = to_tf32(b1);
+            if (P == 3) {
+                mma_tf32(acc[n], al, bh0, bh1);
+                mma_tf32(acc[n], ah, to_tf32(b0 - __uint_as_float(bh0)), to_tf32(b1 - __uint_as_float(bh1)));
+            }
+            mma_tf32(acc[n], ah, bh0, bh1);
+        }
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void zero(float (&acc)[NT][4]) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+/* Shared memory, in floats. Token rows [C][TS] and the states [N][SS] (TS = SS = N + 4: an A
+ * operand read along its rows, lane (g, q) at g TS + q, hits 32 distinct banks); the forward
+ * matrices transposed [s][t] (rows of CT = C + 4: float4 reads by the solves, conflict-free
+ * row-wise fragments) and Aab as is, later aliased by the four dM [t][s] (rows of CT). */
 struct LocalSmem {
-    static constexpr int N = kN, C = kC, NP = N + 4, SP = N + 1, CT = C + 4, CP = C + 1, TOK = C * NP;
+    static constexpr int N = kN, C = kC, TS = N + 4, SS = N + 4, CT = C + 4, TOK = C * TS;
     static constexpr int R = 0, A = R + TOK, B = A + TOK, K = B + TOK, RE = K + TOK, AE = RE + TOK, BI = AE + TOK,
                          KI = BI + TOK, V = KI + TOK, DY = V + TOK, U = DY + TOK, DX = U + TOK,
                          G = DX + TOK,       /* [C][N] G_t (cumulative log decay) */
         DLW = G + C * N,                     /* [C][N] d log decay / d w */
-        SE = DLW + C * N, DS = SE + N * SP,  /* S_e, dS_x [N][SP] */
-        M = DS + N * SP,                     /* AabT, AakT, ArbT, ArkT, Aab: 5 x [C][CT]; then dM */
+        SE = DLW + C * N, DS = SE + N * SS,  /* S_e, then dS_x o gamma (per column) [N][SS] */
+        M = DS + N * SS,                     /* AabT, AakT, ArbT, ArkT, Aab: 5 x [C][CT]; then dM */
         DG = M + 5 * C * CT, DGP = DG + C * N, /* the log-decay gradient's G and Gp terms */
-        GM = DGP + C * N, DGAM = GM + N, RED = DGAM + N, FLOATS = RED + 4 * N;
-    static_assert(4 * C * CP <= 5 * C * CT, "dM fits over the matrices");
+        GM = DGP + C * N, DGAM = GM + N, RED = DGAM + N, FLOATS = RED + 2 * N;
     static_assert(TOK % 4 == 0 && (SE % 4) == 0 && (M % 4) == 0 && (CT % 4) == 0, "float4 alignment");
 };
 
+template <int P>
 __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(const __grid_constant__ Rwkv7ChunkBwdParams p) {
     using SM = LocalSmem;
-    constexpr int N = kN, C = kC, NT = kLocalThreads, NP = SM::NP, SP = SM::SP, CT = SM::CT, CP = SM::CP;
-    constexpr int RG = NT / N, RPT = C / RG; /* row groups, rows per thread (rows ig + RG m) */
-    static_assert(NT % N == 0 && C % RG == 0, "thread tiles");
+    constexpr int N = kN, C = kC, NT = kLocalThreads, TS = SM::TS, SS = SM::SS, CT = SM::CT;
+    constexpr int RG = NT / N, RPT = C / RG; /* staging: column tid % N, rows ig + RG m */
+    static_assert(NT == 256 && NT % N == 0 && C % RG == 0, "8 warps: 2 x 4 tiles of 16 x 16 over C x N");
     extern __shared__ float4 smem4[];
     float* sm = reinterpret_cast<float*>(smem4);
     float *sR = sm + SM::R, *sA = sm + SM::A, *sB = sm + SM::B, *sK = sm + SM::K;
@@ -228,20 +281,22 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     float *sV = sm + SM::V, *sDY = sm + SM::DY, *sU = sm + SM::U, *sDX = sm + SM::DX;
     float *sG = sm + SM::G, *sDLW = sm + SM::DLW, *sSe = sm + SM::SE, *sDS = sm + SM::DS;
     float* sM = sm + SM::M;
-    const float *AabT = sM, *AakT = sM + C * CT, *ArbT = sM + 2 * C * CT, *ArkT = sM + 3 * C * CT, *AabN = sM + 4 * C * CT;
-    float *dArb = sM, *dArk = sM + C * CP, *dAab = sM + 2 * C * CP, *dAak = sM + 3 * C * CP;
+    const float *AakT = sM + C * CT, *ArbT = sM + 2 * C * CT, *ArkT = sM + 3 * C * CT;
+    const float *AabT = sM, *AabN = sM + 4 * C * CT;
+    float *dArb = sM, *dArk = sM + C * CT, *dAab = sM + 2 * C * CT, *dAak = sM + 3 * C * CT;
     float *sDG = sm + SM::DG, *sDGP = sm + SM::DGP, *sGam = sm + SM::GM, *sDgam = sm + SM::DGAM, *sRed = sm + SM::RED;
 
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int64_t c = blockIdx.x % p.nc, sh = blockIdx.x / p.nc;
     const int64_t h = sh % p.H, s = sh / p.H, t0 = c * C;
     const float* ws = p.ws + (size_t)blockIdx.x * WS::FLOATS;
     const float* dsx = p.ds + (size_t)blockIdx.x * kDsFloats;
-    const int col = tid % N, ig = tid / N; /* the C x N tiles: column col, rows ig + RG m */
+    /* the warp's tile of a C x N result: rows m0 .. m0 + 15, columns n0 .. n0 + 15 */
+    const int m0 = 16 * (warp & 1), n0 = 16 * (warp >> 1);
 
     /* tokens (zero past T), dY, S_e and dS_x */
     {
-        const int j = col;
+        const int j = tid % N, ig = tid / N;
         const int64_t br = s * p.r.s[0] + h * p.r.s[2] + j * p.r.s[3], bw = s * p.w.s[0] + h * p.w.s[2] + j * p.w.s[3];
         const int64_t bk = s * p.k.s[0] + h * p.k.s[2] + j * p.k.s[3], bv = s * p.v.s[0] + h * p.v.s[2] + j * p.v.s[3];
         const int64_t ba = s * p.a.s[0] + h * p.a.s[2] + j * p.a.s[3], bb = s * p.b.s[0] + h * p.b.s[2] + j * p.b.s[3];
@@ -255,12 +310,12 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
             const float k = elem::load(p.k, bk + t * p.k.s[1]), v = elem::load(p.v, bv + t * p.v.s[1]);
             const float a = elem::load(p.a, ba + t * p.a.s[1]), b = elem::load(p.b, bb + t * p.b.s[1]);
             const float dy = elem::load(p.dy, bd + t * p.dy.s[1]);
-            sR[u * NP + j] = in ? r : 0.0f;
-            sK[u * NP + j] = in ? k : 0.0f;
-            sA[u * NP + j] = in ? a : 0.0f;
-            sB[u * NP + j] = in ? b : 0.0f;
-            sV[u * NP + j] = in ? v : 0.0f;
-            sDY[u * NP + j] = in ? dy : 0.0f;
+            sR[u * TS + j] = in ? r : 0.0f;
+            sK[u * TS + j] = in ? k : 0.0f;
+            sA[u * TS + j] = in ? a : 0.0f;
+            sB[u * TS + j] = in ? b : 0.0f;
+            sV[u * TS + j] = in ? v : 0.0f;
+            sDY[u * TS + j] = in ? dy : 0.0f;
             sG[u * N + j] = in ? clampw_log_decay(w) : 0.0f;
             /* d log decay / dw = -exp(-1/2) sigmoid'(w), as decay_of's CLAMPW */
             const float z = expf(-fabsf(w));
@@ -268,10 +323,10 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
             sDLW[u * N + j] = -kClampwC * (z * inv * inv);
         }
     }
-    for (int e = tid; e < N * N; e += NT) {
-        const int i = e / N, j = e % N;
-        sSe[i * SP + j] = ws[WS::L + e];
-        sDS[i * SP + j] = dsx[e];
+    for (int e = tid; e < N * N / 4; e += NT) {
+        const int i = e / (N / 4), j = 4 * (e % (N / 4));
+        *reinterpret_cast<float4*>(sSe + i * SS + j) = reinterpret_cast<const float4*>(ws + WS::L)[e];
+        *reinterpret_cast<float4*>(sDS + i * SS + j) = reinterpret_cast<const float4*>(dsx)[e];
     }
     __syncthreads();
 
@@ -285,251 +340,195 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
             G += sG[u * N + j];
             sG[u * N + j] = G;
             const float eg = expf(G), eni = expf(-G);
-            sRe[u * NP + j] = sR[u * NP + j] * eg;
-            sAe[u * NP + j] = sA[u * NP + j] * expf(gp);
-            sBi[u * NP + j] = sB[u * NP + j] * eni;
-            sKi[u * NP + j] = sK[u * NP + j] * eni;
+            sRe[u * TS + j] = sR[u * TS + j] * eg;
+            sAe[u * TS + j] = sA[u * TS + j] * expf(gp);
+            sBi[u * TS + j] = sB[u * TS + j] * eni;
+            sKi[u * TS + j] = sK[u * TS + j] * eni;
         }
         sGam[j] = expf(G);
     }
     __syncthreads();
 
-    /* Aab, Aak (s < t), Arb, Ark (s <= t), transposed, and Aab as is: the forward's 2 x 2 tiles */
-    constexpr int HC = C / 2;
-    for (int e = tid; e < HC * HC; e += NT) {
-        const int ti = e / HC, si = e % HC;
-        float acc[4][2][2];
-        chunk::tile_products<N, C, NP>(sAe, sRe, sBi, sKi, ti, si, acc);
+    /* Aab, Aak (s < t), Arb, Ark (s <= t), transposed, and Aab as is. Warp: the 16 rows m0 of
+     * X Y^T, X = Ae | Re, Y = Bi | Ki (matrix mi = 2 x + y). Also dS_x o gamma, in place. */
+    {
+        const int x = (warp >> 1) & 1, y = warp >> 2, mi = 2 * x + y;
+        float acc[4][4];
+        zero(acc);
+        mma_acc<P>(acc, (x ? sRe : sAe) + m0 * TS, TS, 1, y ? sKi : sBi, 1, TS, 0, N);
 #pragma unroll
-        for (int x = 0; x < 2; ++x)
+        for (int n = 0; n < 4; ++n)
 #pragma unroll
-            for (int y = 0; y < 2; ++y) {
-                const int t = ti + x * HC, sj = si + y * HC;
-                const float aab = sj < t ? acc[0][x][y] : 0.0f;
-                sM[0 * C * CT + sj * CT + t] = aab;
-                sM[1 * C * CT + sj * CT + t] = sj < t ? acc[1][x][y] : 0.0f;
-                sM[2 * C * CT + sj * CT + t] = sj <= t ? acc[2][x][y] : 0.0f;
-                sM[3 * C * CT + sj * CT + t] = sj <= t ? acc[3][x][y] : 0.0f;
-                sM[4 * C * CT + t * CT + sj] = aab;
+            for (int e = 0; e < 4; ++e) {
+                const int t = m0 + g + 8 * (e >> 1), sj = 8 * n + 2 * q + (e & 1);
+                const float val = (mi < 2 ? sj < t : sj <= t) ? acc[n][e] : 0.0f;
+                sM[mi * C * CT + sj * CT + t] = val;
+                if (mi == 0) sM[4 * C * CT + t * CT + sj] = val;
             }
+        for (int e = tid; e < N * N; e += NT) sDS[(e / N) * SS + e % N] *= sGam[e % N];
     }
     __syncthreads();
 
-    /* U0 = Ae S_e^T + Aak V (value column i = col), then U = (I - Aab)^-1 U0 */
+    /* U0 = Ae S_e^T + Aak V into U, and dU = Arb^T dY + Bh dS_x^T (Bh dS_x^T = Bi (dS_x o
+     * gamma)^T) into DX: the warp's 16 x 16 tile of each (Aak[t][u] = 0 for u >= t, Arb[t][s]
+     * = 0 for t < s: the k ranges stop / start at the tile) */
     {
-        const int i = col;
-        float acc[RPT];
+        float acc[2][4];
+        zero(acc);
+        mma_acc<P>(acc, sAe + m0 * TS, TS, 1, sSe + n0 * SS, 1, SS, 0, N);
+        mma_acc<P>(acc, AakT + m0, 1, CT, sV + n0, TS, 1, 0, m0 + 16);
 #pragma unroll
-        for (int m = 0; m < RPT; ++m) acc[m] = 0.0f;
-#pragma unroll 4
-        for (int j = 0; j < N; ++j) {
-            const float se = sSe[i * SP + j];
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-            for (int m = 0; m < RPT; ++m) acc[m] = fmaf(sAe[(ig + RG * m) * NP + j], se, acc[m]);
-        }
-#pragma unroll 4
-        for (int u = 0; u < C; ++u) {
-            const float v = sV[u * NP + i];
+            for (int e = 0; e < 4; ++e) sU[(m0 + g + 8 * (e >> 1)) * TS + n0 + 8 * n + 2 * q + (e & 1)] = acc[n][e];
+        zero(acc);
+        mma_acc<P>(acc, ArbT + m0 * CT, CT, 1, sDY + n0, TS, 1, m0, C);
+        mma_acc<P>(acc, sBi + m0 * TS, TS, 1, sDS + n0 * SS, 1, SS, 0, N);
 #pragma unroll
-            for (int m = 0; m < RPT; ++m) acc[m] = fmaf(AakT[u * CT + ig + RG * m], v, acc[m]);
-        }
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-        for (int m = 0; m < RPT; ++m) sU[(ig + RG * m) * NP + i] = acc[m];
+            for (int e = 0; e < 4; ++e) sDX[(m0 + g + 8 * (e >> 1)) * TS + n0 + 8 * n + 2 * q + (e & 1)] = acc[n][e];
     }
     __syncthreads();
+
+    /* three independent column walks: U = (I - Aab)^-1 U0 (forward substitution), dX = (I -
+     * Aab)^-T dU (back substitution, last token first), dgam gamma = column sums of S_e o
+     * (dS_x o gamma) */
     if (tid < N) {
         const int i = tid;
-        float x[C];
+        float xv[C];
 #pragma unroll
-        for (int t = 0; t < C; ++t) x[t] = sU[t * NP + i];
+        for (int t = 0; t < C; ++t) xv[t] = sU[t * TS + i];
 #pragma unroll
-        for (int u = 0; u < C; ++u) axpy_row<C>(x, AabT + u * CT, x[u], u + 1);
+        for (int u = 0; u < C; ++u) axpy_row<C>(xv, AabT + u * CT, xv[u], u + 1);
 #pragma unroll
-        for (int t = 0; t < C; ++t) sU[t * NP + i] = x[t];
-    }
-    /* dU = Arb^T dY + Bh dS_x^T (Bh = bi gamma), into DX */
-    {
-        const int i = col;
-        float acc[RPT];
-#pragma unroll
-        for (int m = 0; m < RPT; ++m) acc[m] = 0.0f;
-#pragma unroll 4
-        for (int t = 0; t < C; ++t) {
-            const float dy = sDY[t * NP + i];
-#pragma unroll
-            for (int m = 0; m < RPT; ++m) acc[m] = fmaf(ArbT[(ig + RG * m) * CT + t], dy, acc[m]);
-        }
-#pragma unroll 4
-        for (int j = 0; j < N; ++j) {
-            const float d = sDS[i * SP + j] * sGam[j];
-#pragma unroll
-            for (int m = 0; m < RPT; ++m) acc[m] = fmaf(sBi[(ig + RG * m) * NP + j], d, acc[m]);
-        }
-#pragma unroll
-        for (int m = 0; m < RPT; ++m) sDX[(ig + RG * m) * NP + i] = acc[m];
-    }
-    __syncthreads();
-    /* dX = (I - Aab)^-T dU: back substitution, last token first */
-    if (tid < N) {
-        const int i = tid;
-        float x[C];
-#pragma unroll
-        for (int t = 0; t < C; ++t) x[t] = sDX[t * NP + i];
-#pragma unroll
-        for (int u = C - 1; u > 0; --u) axpy_row_below<C>(x, AabN + u * CT, x[u], u);
-#pragma unroll
-        for (int t = 0; t < C; ++t) sDX[t * NP + i] = x[t];
+        for (int t = 0; t < C; ++t) sU[t * TS + i] = xv[t];
     } else if (tid < 2 * N) {
-        /* dgam = column sums of S_e o dS_x */
-        const int j = tid - N;
+        const int i = tid - N;
+        float xv[C];
+#pragma unroll
+        for (int t = 0; t < C; ++t) xv[t] = sDX[t * TS + i];
+#pragma unroll
+        for (int u = C - 1; u > 0; --u) axpy_row_below<C>(xv, AabN + u * CT, xv[u], u);
+#pragma unroll
+        for (int t = 0; t < C; ++t) sDX[t * TS + i] = xv[t];
+    } else if (tid < 3 * N) {
+        const int j = tid - 2 * N;
         float acc = 0.0f;
 #pragma unroll 8
-        for (int i = 0; i < N; ++i) acc = fmaf(sSe[i * SP + j], sDS[i * SP + j], acc);
+        for (int i = 0; i < N; ++i) acc = fmaf(sSe[i * SS + j], sDS[i * SS + j], acc);
         sDgam[j] = acc;
     }
     __syncthreads();
 
-    /* dv = Ark^T dY + Aak^T dX + Kh dS_x^T (value column i = col) */
+    /* dv = Ark^T dY + Aak^T dX + Kh dS_x^T (value column i), out of the fragments */
     {
-        const int i = col;
-        float acc[RPT];
+        float acc[2][4];
+        zero(acc);
+        mma_acc<P>(acc, ArkT + m0 * CT, CT, 1, sDY + n0, TS, 1, m0, C);
+        mma_acc<P>(acc, AakT + m0 * CT, CT, 1, sDX + n0, TS, 1, m0, C);
+        mma_acc<P>(acc, sKi + m0 * TS, TS, 1, sDS + n0 * SS, 1, SS, 0, N);
+        const int64_t bo = s * p.dv.s[0] + h * p.dv.s[2];
 #pragma unroll
-        for (int m = 0; m < RPT; ++m) acc[m] = 0.0f;
-#pragma unroll 4
-        for (int t = 0; t < C; ++t) {
-            const float dy = sDY[t * NP + i], dx = sDX[t * NP + i];
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-            for (int m = 0; m < RPT; ++m)
-                acc[m] = fmaf(ArkT[(ig + RG * m) * CT + t], dy, fmaf(AakT[(ig + RG * m) * CT + t], dx, acc[m]));
-        }
-#pragma unroll 4
-        for (int j = 0; j < N; ++j) {
-            const float d = sDS[i * SP + j] * sGam[j];
-#pragma unroll
-            for (int m = 0; m < RPT; ++m) acc[m] = fmaf(sKi[(ig + RG * m) * NP + j], d, acc[m]);
-        }
-        const int64_t bo = s * p.dv.s[0] + h * p.dv.s[2] + (int64_t)i * p.dv.s[3];
-#pragma unroll
-        for (int m = 0; m < RPT; ++m) {
-            const int64_t t = t0 + ig + RG * m;
-            elem::store_if(p.dv, bo + min64(t, p.T - 1) * p.dv.s[1], acc[m], t < p.T);
-        }
+            for (int e = 0; e < 4; ++e) {
+                const int64_t t = t0 + m0 + g + 8 * (e >> 1), i = n0 + 8 * n + 2 * q + (e & 1);
+                elem::store_if(p.dv, bo + min64(t, p.T - 1) * p.dv.s[1] + i * p.dv.s[3], acc[n][e], t < p.T);
+            }
     }
     __syncthreads(); /* the forward matrices are done: dM goes over them */
 
-    /* dArb = tril(dY U^T), dArk = tril(dY V^T), dAab = stril(dX U^T), dAak = stril(dX V^T) */
-    for (int e = tid; e < HC * HC; e += NT) {
-        const int ti = e / HC, si = e % HC;
-        float acc[4][2][2];
-        chunk::tile_products<N, C, NP>(sDY, sDX, sU, sV, ti, si, acc);
+    /* dArb = tril(dY U^T), dArk = tril(dY V^T), dAab = stril(dX U^T), dAak = stril(dX V^T):
+     * warp's rows m0 of X Y^T, X = dY | dX, Y = U | V (matrix mi = 2 x + y) */
+    {
+        const int x = (warp >> 1) & 1, y = warp >> 2, mi = 2 * x + y;
+        float acc[4][4];
+        zero(acc);
+        mma_acc<P>(acc, (x ? sDX : sDY) + m0 * TS, TS, 1, y ? sV : sU, 1, TS, 0, N);
 #pragma unroll
-        for (int x = 0; x < 2; ++x)
+        for (int n = 0; n < 4; ++n)
 #pragma unroll
-            for (int y = 0; y < 2; ++y) {
-                const int t = ti + x * HC, sj = si + y * HC;
-                dArb[t * CP + sj] = sj <= t ? acc[0][x][y] : 0.0f;
-                dArk[t * CP + sj] = sj <= t ? acc[1][x][y] : 0.0f;
-                dAab[t * CP + sj] = sj < t ? acc[2][x][y] : 0.0f;
-                dAak[t * CP + sj] = sj < t ? acc[3][x][y] : 0.0f;
+            for (int e = 0; e < 4; ++e) {
+                const int t = m0 + g + 8 * (e >> 1), sj = 8 * n + 2 * q + (e & 1);
+                sM[mi * C * CT + t * CT + sj] = (mi < 2 ? sj <= t : sj < t) ? acc[n][e] : 0.0f;
             }
     }
     __syncthreads();
 
-    /* the token gradients, key column j = col, tokens t = ig + RG m */
+    /* the token gradients of the warp's tile (token t, key column j):
+     *   dr = e^G (dY S_e + dArb Bi + dArk Ki),  da = e^Gp (dX S_e + dAab Bi + dAak Ki),
+     *   db = e^-G (U dSg + dArb^T Re + dAab^T Ae),  dk = e^-G (V dSg + dArk^T Re + dAak^T Ae)
+     * with dSg = dS_x o gamma; the log-decay gradient's per-token terms stay in registers */
     {
-        const int j = col;
-        const int64_t tb = t0 + ig;
-        float dGt[RPT], dGp[RPT];
-        { /* dr and da */
-            float ar[RPT], aa[RPT];
+        float dGt[2][4], dGp[2][4];
+        {
+            float ar[2][4], aa[2][4];
+            zero(ar);
+            zero(aa);
+            mma_acc<P>(ar, sDY + m0 * TS, TS, 1, sSe + n0, SS, 1, 0, N);
+            mma_acc<P>(ar, dArb + m0 * CT, CT, 1, sBi + n0, TS, 1, 0, m0 + 16);
+            mma_acc<P>(ar, dArk + m0 * CT, CT, 1, sKi + n0, TS, 1, 0, m0 + 16);
+            mma_acc<P>(aa, sDX + m0 * TS, TS, 1, sSe + n0, SS, 1, 0, N);
+            mma_acc<P>(aa, dAab + m0 * CT, CT, 1, sBi + n0, TS, 1, 0, m0 + 16);
+            mma_acc<P>(aa, dAak + m0 * CT, CT, 1, sKi + n0, TS, 1, 0, m0 + 16);
+            const int64_t bo_r = s * p.dr.s[0] + h * p.dr.s[2], bo_a = s * p.da.s[0] + h * p.da.s[2];
 #pragma unroll
-            for (int m = 0; m < RPT; ++m) ar[m] = aa[m] = 0.0f;
-#pragma unroll 4
-            for (int i = 0; i < N; ++i) {
-                const float se = sSe[i * SP + j];
+            for (int n = 0; n < 2; ++n)
 #pragma unroll
-                for (int m = 0; m < RPT; ++m) {
-                    ar[m] = fmaf(sDY[(ig + RG * m) * NP + i], se, ar[m]); /* dRe */
-                    aa[m] = fmaf(sDX[(ig + RG * m) * NP + i], se, aa[m]); /* dAe */
+                for (int e = 0; e < 4; ++e) {
+                    const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
+                    const float G = sG[t * N + j], Gp = t > 0 ? sG[(t - 1) * N + j] : 0.0f;
+                    const float dr = expf(G) * ar[n][e], da = expf(Gp) * aa[n][e];
+                    dGt[n][e] = sR[t * TS + j] * dr;
+                    dGp[n][e] = sA[t * TS + j] * da;
+                    const int64_t tt = min64(t0 + t, p.T - 1);
+                    const bool en = t0 + t < p.T;
+                    elem::store_if(p.dr, bo_r + tt * p.dr.s[1] + (int64_t)j * p.dr.s[3], dr, en);
+                    elem::store_if(p.da, bo_a + tt * p.da.s[1] + (int64_t)j * p.da.s[3], da, en);
                 }
-            }
-#pragma unroll 4
-            for (int u = 0; u < C; ++u) {
-                const float bi = sBi[u * NP + j], ki = sKi[u * NP + j];
-#pragma unroll
-                for (int m = 0; m < RPT; ++m) {
-                    const int t = ig + RG * m;
-                    ar[m] = fmaf(dArb[t * CP + u], bi, fmaf(dArk[t * CP + u], ki, ar[m]));
-                    aa[m] = fmaf(dAab[t * CP + u], bi, fmaf(dAak[t * CP + u], ki, aa[m]));
-                }
-            }
-            const int64_t bo_r = s * p.dr.s[0] + h * p.dr.s[2] + (int64_t)j * p.dr.s[3];
-            const int64_t bo_a = s * p.da.s[0] + h * p.da.s[2] + (int64_t)j * p.da.s[3];
-#pragma unroll
-            for (int m = 0; m < RPT; ++m) {
-                const int t = ig + RG * m;
-                const float G = sG[t * N + j], Gp = t > 0 ? sG[(t - 1) * N + j] : 0.0f;
-                const float dr = expf(G) * ar[m], da = expf(Gp) * aa[m];
-                dGt[m] = sR[t * NP + j] * dr;
-                dGp[m] = sA[t * NP + j] * da;
-                const int64_t tt = min64(tb + RG * m, p.T - 1);
-                const bool en = tb + RG * m < p.T;
-                elem::store_if(p.dr, bo_r + tt * p.dr.s[1], dr, en);
-                elem::store_if(p.da, bo_a + tt * p.da.s[1], da, en);
-            }
         }
-        float red = 0.0f; /* sum over the thread's tokens of dBh o Bh + dKh o Kh */
-        { /* db and dk */
-            const float gam = sGam[j];
-            float ab[RPT], ak[RPT];
+        {
+            float ab[2][4], ak[2][4];
+            zero(ab);
+            zero(ak);
+            mma_acc<P>(ab, sU + m0 * TS, TS, 1, sDS + n0, SS, 1, 0, N);
+            mma_acc<P>(ak, sV + m0 * TS, TS, 1, sDS + n0, SS, 1, 0, N);
+            /* dgam's part through G_L: sum over the tile's tokens of dBh o Bh + dKh o Kh (gamma
+             * in dSg), then over the 8 lanes of a column (g), one partial per row tile */
+            float red[2][2];
 #pragma unroll
-            for (int m = 0; m < RPT; ++m) ab[m] = ak[m] = 0.0f;
-#pragma unroll 4
-            for (int i = 0; i < N; ++i) {
-                const float d = sDS[i * SP + j];
+            for (int n = 0; n < 2; ++n)
 #pragma unroll
-                for (int m = 0; m < RPT; ++m) {
-                    ab[m] = fmaf(sU[(ig + RG * m) * NP + i], d, ab[m]); /* dBh */
-                    ak[m] = fmaf(sV[(ig + RG * m) * NP + i], d, ak[m]); /* dKh */
+                for (int e = 0; e < 2; ++e) {
+                    const int j = n0 + 8 * n + 2 * q + e;
+                    red[n][e] = ab[n][e] * sBi[(m0 + g) * TS + j] + ak[n][e] * sKi[(m0 + g) * TS + j] +
+                                ab[n][e + 2] * sBi[(m0 + g + 8) * TS + j] + ak[n][e + 2] * sKi[(m0 + g + 8) * TS + j];
+#pragma unroll
+                    for (int o = 4; o < 32; o <<= 1) red[n][e] += __shfl_xor_sync(0xffffffffu, red[n][e], o);
+                    if (g == 0) sRed[(m0 / 16) * N + j] = red[n][e];
                 }
-            }
+            mma_acc<P>(ab, dArb + m0, 1, CT, sRe + n0, TS, 1, m0, C);
+            mma_acc<P>(ab, dAab + m0, 1, CT, sAe + n0, TS, 1, m0, C);
+            mma_acc<P>(ak, dArk + m0, 1, CT, sRe + n0, TS, 1, m0, C);
+            mma_acc<P>(ak, dAak + m0, 1, CT, sAe + n0, TS, 1, m0, C);
+            const int64_t bo_b = s * p.db.s[0] + h * p.db.s[2], bo_k = s * p.dk.s[0] + h * p.dk.s[2];
 #pragma unroll
-            for (int m = 0; m < RPT; ++m) {
-                const int t = ig + RG * m;
-                red = fmaf(ab[m], sBi[t * NP + j] * gam, fmaf(ak[m], sKi[t * NP + j] * gam, red));
-                ab[m] *= gam;
-                ak[m] *= gam;
-            }
-#pragma unroll 4
-            for (int u = 0; u < C; ++u) {
-                const float re = sRe[u * NP + j], ae = sAe[u * NP + j];
+            for (int n = 0; n < 2; ++n)
 #pragma unroll
-                for (int m = 0; m < RPT; ++m) {
-                    const int t = ig + RG * m; /* the s side: column t of the dM */
-                    ab[m] = fmaf(dArb[u * CP + t], re, fmaf(dAab[u * CP + t], ae, ab[m]));
-                    ak[m] = fmaf(dArk[u * CP + t], re, fmaf(dAak[u * CP + t], ae, ak[m]));
+                for (int e = 0; e < 4; ++e) {
+                    const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
+                    const float eni = expf(-sG[t * N + j]);
+                    const float db = eni * ab[n][e], dk = eni * ak[n][e];
+                    dGt[n][e] -= sB[t * TS + j] * db + sK[t * TS + j] * dk;
+                    const int64_t tt = min64(t0 + t, p.T - 1);
+                    const bool en = t0 + t < p.T;
+                    elem::store_if(p.db, bo_b + tt * p.db.s[1] + (int64_t)j * p.db.s[3], db, en);
+                    elem::store_if(p.dk, bo_k + tt * p.dk.s[1] + (int64_t)j * p.dk.s[3], dk, en);
+                    sDG[t * N + j] = dGt[n][e];
+                    sDGP[t * N + j] = dGp[n][e];
                 }
-            }
-            const int64_t bo_b = s * p.db.s[0] + h * p.db.s[2] + (int64_t)j * p.db.s[3];
-            const int64_t bo_k = s * p.dk.s[0] + h * p.dk.s[2] + (int64_t)j * p.dk.s[3];
-#pragma unroll
-            for (int m = 0; m < RPT; ++m) {
-                const int t = ig + RG * m;
-                const float eni = expf(-sG[t * N + j]);
-                const float db = eni * ab[m], dk = eni * ak[m];
-                dGt[m] -= sB[t * NP + j] * db + sK[t * NP + j] * dk;
-                const int64_t tt = min64(tb + RG * m, p.T - 1);
-                const bool en = tb + RG * m < p.T;
-                elem::store_if(p.db, bo_b + tt * p.db.s[1], db, en);
-                elem::store_if(p.dk, bo_k + tt * p.dk.s[1], dk, en);
-            }
         }
-#pragma unroll
-        for (int m = 0; m < RPT; ++m) {
-            sDG[(ig + RG * m) * N + j] = dGt[m];
-            sDGP[(ig + RG * m) * N + j] = dGp[m];
-        }
-        sRed[ig * N + j] = red;
     }
     __syncthreads();
 
@@ -537,10 +536,7 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
      * G_L's terms), then dw = dg * d log decay / dw */
     if (tid < N) {
         const int j = tid;
-        float last = sDgam[j] * sGam[j];
-#pragma unroll
-        for (int g = 0; g < RG; ++g) last += sRed[g * N + j];
-        float suf = last, sufp = 0.0f;
+        float suf = sDgam[j] + sRed[j] + sRed[N + j], sufp = 0.0f;
         const int64_t bo = s * p.dw.s[0] + h * p.dw.s[2] + (int64_t)j * p.dw.s[3];
 #pragma unroll 4
         for (int u = C - 1; u >= 0; --u) {
@@ -567,8 +563,10 @@ int rwkv7_prepare_chunked_bwd(int N) {
     cudaError_t e = cudaFuncSetAttribute(rwkv7_chunk_bwd_walk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)(WalkSmem::FLOATS * sizeof(float)));
     if (e != cudaSuccess) return (int)e;
-    return (int)cudaFuncSetAttribute(rwkv7_chunk_bwd_local_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)(LocalSmem::FLOATS * sizeof(float)));
+    const int smem = (int)(LocalSmem::FLOATS * sizeof(float));
+    e = cudaFuncSetAttribute(rwkv7_chunk_bwd_local_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return (int)e;
+    return (int)cudaFuncSetAttribute(rwkv7_chunk_bwd_local_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 }
 
 int rwkv7_launch_chunked_bwd(int N, const Rwkv7ChunkParams& f, const Rwkv7ChunkBwdParams& p, void* stream) {
@@ -584,7 +582,15 @@ int rwkv7_launch_chunked_bwd(int N, const Rwkv7ChunkParams& f, const Rwkv7ChunkB
                                   st>>>(p);
     err = cudaGetLastError();
     if (err != cudaSuccess) return (int)err;
-    rwkv7_chunk_bwd_local_kernel<<<(unsigned)(heads * p.nc), kLocalThreads, LocalSmem::FLOATS * sizeof(float), st>>>(p);
+    /* TF32 products where every tensor is 16-bit, 3xTF32 where any is float32 (their tolerances) */
+    const DevView* views[] = {&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.dy, &p.dr, &p.dw, &p.dk, &p.dv, &p.da, &p.db};
+    bool any_f32 = false;
+    for (const DevView* v : views) any_f32 = any_f32 || v->elem == 0;
+    const size_t smem = LocalSmem::FLOATS * sizeof(float);
+    if (any_f32)
+        rwkv7_chunk_bwd_local_kernel<3><<<(unsigned)(heads * p.nc), kLocalThreads, smem, st>>>(p);
+    else
+        rwkv7_chunk_bwd_local_kernel<1><<<(unsigned)(heads * p.nc), kLocalThreads, smem, st>>>(p);
     return (int)cudaGetLastError();
 }
 
