@@ -292,8 +292,7 @@ template <int N>
 struct DecodeViews {
     const Rwkv7DecodeParams& p;
     int64_t s, h;
-    __device__ explicit DecodeViews(const Rwkv7DecodeParams& p_) : p(p_) {
-        const int64_t blk = blockIdx.x;
+    __device__ DecodeViews(const Rwkv7DecodeParams& p_, int64_t blk) : p(p_) {
         s = p.first + blk / p.H;
         h = blk % p.H;
     }
@@ -322,7 +321,7 @@ template <int N, int E> /* E: wkv_elem of the token tensors (0 f32, 1 f16, 2 bf1
 struct DecodeDense {
     const Rwkv7DecodeDense& p;
     int64_t blk; /* (sequence - first) H + head */
-    __device__ explicit DecodeDense(const Rwkv7DecodeDense& p_) : p(p_), blk(blockIdx.x) {}
+    __device__ DecodeDense(const Rwkv7DecodeDense& p_, int64_t blk_) : p(p_), blk(blk_) {}
     __device__ float tok(int f, int j) const {
         const int64_t i = blk * N + j;
         if constexpr (E == 0) return static_cast<const float*>(p.x[f])[i];
@@ -373,27 +372,46 @@ struct DecodeDense {
 };
 
 /* The chunked kernel's work for one token, without its loop: token loads and state loads issued
- * together, one barrier. */
-template <int N, int R, class Acc>
+ * together, one barrier. SP > 1 (small batch, see decode_layout): a head's rows are split over
+ * SP blocks (block (head, part) = (blockIdx.x / SP, blockIdx.x % SP) owns rows part N / SP ..;
+ * rows are independent), each staging the head's whole token vectors itself, so SP times the
+ * SMs move the state and a block's barrier spans N / SP rows; every row's arithmetic is the
+ * same, so the bits are. */
+template <int N, int R, int SP>
+struct DecodeShape {
+    static constexpr int NT = RowTile<N, R>::NT / SP; /* threads of a block */
+    static constexpr int SC = N > NT ? N / NT : 1;    /* columns a thread stages */
+    static_assert(NT >= 32 && (N % NT == 0 || NT % N == 0), "decode split");
+};
+
+template <int N, int R, int SP, class Acc>
 __device__ __forceinline__ void decode_body(const Acc& acc) {
     using RT = RowTile<N, R>;
     using T = typename RT::StateTile;
     constexpr int P = RT::P, C = RT::C, G = RT::G;
+    constexpr int NT = DecodeShape<N, R, SP>::NT, SC = DecodeShape<N, R, SP>::SC;
     __shared__ __align__(16) float s_tok[F_NUM][N];
     const int tid = threadIdx.x;
-    const int rg = tid / P, q = tid % P, sj = tid % N;
-    /* every thread loads column sj (threads past N load it again: no load under a branch) */
-    float x[F_NUM];
+    const int rg = (int)(blockIdx.x % SP) * (NT / P) + tid / P, q = tid % P; /* rg: the head's row group */
+    /* every thread loads columns tid + c NT (SC > 1), or tid % N (threads past N load it
+     * again: no load under a branch) */
+    float x[SC][F_NUM];
 #pragma unroll
-    for (int f = 0; f < F_NUM; ++f) x[f] = acc.tok(f, sj);
+    for (int c = 0; c < SC; ++c)
+#pragma unroll
+        for (int f = 0; f < F_NUM; ++f) x[c][f] = acc.tok(f, SC > 1 ? tid + c * NT : tid % N);
     float S[R][C];
     acc.template load_state<T>(rg, q, S);
     if (float* ck = acc.ckpt()) store_row_slices<N, R, P, G>(ck, S, rg, q); /* the state before the token */
-    if (tid < N) {
-        float ddw;
-        x[F_D] = decay_of(acc.form(), x[F_D], &ddw);
+    if (SC > 1 || tid < N) {
 #pragma unroll
-        for (int f = 0; f < F_NUM; ++f) s_tok[f][sj] = x[f];
+        for (int c = 0; c < SC; ++c) {
+            const int sj = SC > 1 ? tid + c * NT : tid;
+            float ddw;
+            x[c][F_D] = decay_of(acc.form(), x[c][F_D], &ddw);
+#pragma unroll
+            for (int f = 0; f < F_NUM; ++f) s_tok[f][sj] = x[c][f];
+        }
     }
     __syncthreads();
     const float* const tok[F_NUM] = {s_tok[F_R], s_tok[F_D], s_tok[F_K], s_tok[F_V], s_tok[F_A], s_tok[F_B]};
@@ -406,32 +424,52 @@ __device__ __forceinline__ void decode_body(const Acc& acc) {
     acc.template store_state<T>(rg, q, S);
 }
 
-template <int N, int R>
-__global__ void __launch_bounds__(RowTile<N, R>::NT)
+template <int N, int R, int SP>
+__global__ void __launch_bounds__(DecodeShape<N, R, SP>::NT)
     rwkv7_decode_kernel(const __grid_constant__ Rwkv7DecodeParams p) {
-    decode_body<N, R>(DecodeViews<N>(p));
+    decode_body<N, R, SP>(DecodeViews<N>(p, blockIdx.x / SP));
 }
 
-template <int N, int R, int E>
-__global__ void __launch_bounds__(RowTile<N, R>::NT)
+template <int N, int R, int SP, int E>
+__global__ void __launch_bounds__(DecodeShape<N, R, SP>::NT)
     rwkv7_decode_dense_kernel(const __grid_constant__ Rwkv7DecodeDense p) {
-    decode_body<N, R>(DecodeDense<N, E>(p));
+    decode_body<N, R, SP>(DecodeDense<N, E>(p, blockIdx.x / SP));
 }
 
-/* Rows per thread of the decode kernel (memory bound): two (16 float4 state loads in flight
- * per thread) when that still gives the GPU a warp per scheduler, else one. The chunked
- * kernel always takes one row (measured at the B = 8 anchor: R = 1, P = 2 2.72 ms; R = 2,
- * P = 4 3.33; R = 4, P = 4 3.78; R = 1, P = 1 4.93). WKV_CUDA_RWKV7_ROWS (1 or 2) overrides
- * the decode choice, for tests and measurements. */
-int forward_rows(int N, int64_t blocks, int sms) {
-    static const int forced = [] {
-        const char* e = std::getenv("WKV_CUDA_RWKV7_ROWS");
-        const int x = e ? std::atoi(e) : 0;
-        return x == 1 || x == 2 ? x : 0;
-    }();
-    if (N == 128) return 1; /* R = 2: 128 state registers per thread */
-    if (forced) return forced;
-    return blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * (int64_t)(sms > 0 ? sms : 1) ? 2 : 1;
+/* The decode kernel's layout, chosen here only: R rows per thread, a head's rows over SP
+ * blocks (decode_body).
+ *  - R: two (16 float4 state loads in flight per thread) when that still gives the GPU a warp
+ *    per scheduler, else one. The chunked kernel always takes one row (measured at the B = 8
+ *    anchor: R = 1, P = 2 2.72 ms; R = 2, P = 4 3.33; R = 4, P = 4 3.78; R = 1, P = 1 4.93).
+ *  - SP (R = 1 only; at most N / 16, a block keeps a warp): the most blocks per head that
+ *    still give every block an SM of its own.
+ * WKV_CUDA_RWKV7_ROWS (1 or 2) and WKV_CUDA_RWKV7_SPLIT (1, 2 or 4; capped for N) override
+ * them, for tests and measurements. */
+struct DecodeLayout {
+    int rows, split;
+};
+
+int env_choice(const char* name, int a, int b, int c) {
+    const char* e = std::getenv(name);
+    const int x = e ? std::atoi(e) : 0;
+    return x == a || x == b || x == c ? x : 0;
+}
+
+DecodeLayout decode_layout(int N, int64_t blocks, int sms) {
+    static const int forced_rows = env_choice("WKV_CUDA_RWKV7_ROWS", 1, 2, 1);
+    static const int forced_split = env_choice("WKV_CUDA_RWKV7_SPLIT", 1, 2, 4);
+    const int64_t sm = sms > 0 ? sms : 1;
+    DecodeLayout l{1, 1};
+    if (N == 128) l.rows = 1; /* R = 2: 128 state registers per thread */
+    else if (forced_rows) l.rows = forced_rows;
+    else l.rows = blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * sm ? 2 : 1;
+    if (l.rows == 1) {
+        const int most = N == 32 ? 2 : 4;
+        if (forced_split) l.split = forced_split < most ? forced_split : most;
+        else
+            while (l.split < most && blocks * 2 * l.split <= sm) l.split *= 2;
+    }
+    return l;
 }
 
 /* Whether the decode kernel's dense form applies (see DecodeDense): every token tensor [B, 1, H,
@@ -471,16 +509,17 @@ bool decode_dense(const Rwkv7FwdParams& p, int N, Rwkv7DecodeDense* d, int* elem
 /* The dense form only with one row per thread (small and medium batch, where the prologue is
  * the time); two rows per thread (large batch) is bandwidth-bound and the dense form measured
  * slower there (B = 256 f32 104.7 against 103.6 us, NOTES v19), so it keeps the general form. */
-template <int N, int R>
+template <int N, int R, int SP>
 void launch_decode(const Rwkv7FwdParams& p, unsigned nb, cudaStream_t stream) {
-    constexpr int NT = RowTile<N, R>::NT;
+    constexpr int NT = DecodeShape<N, R, SP>::NT;
+    const unsigned grid = nb * SP;
     if constexpr (R == 1) {
         Rwkv7DecodeDense dd;
         int elem = 0;
         if (decode_dense(p, N, &dd, &elem)) {
-            if (elem == 0) rwkv7_decode_dense_kernel<N, R, 0><<<nb, NT, 0, stream>>>(dd);
-            else if (elem == 1) rwkv7_decode_dense_kernel<N, R, 1><<<nb, NT, 0, stream>>>(dd);
-            else rwkv7_decode_dense_kernel<N, R, 2><<<nb, NT, 0, stream>>>(dd);
+            if (elem == 0) rwkv7_decode_dense_kernel<N, R, SP, 0><<<grid, NT, 0, stream>>>(dd);
+            else if (elem == 1) rwkv7_decode_dense_kernel<N, R, SP, 1><<<grid, NT, 0, stream>>>(dd);
+            else rwkv7_decode_dense_kernel<N, R, SP, 2><<<grid, NT, 0, stream>>>(dd);
             return;
         }
     }
@@ -488,7 +527,7 @@ void launch_decode(const Rwkv7FwdParams& p, unsigned nb, cudaStream_t stream) {
     d.x[F_R] = p.r, d.x[F_D] = p.w, d.x[F_K] = p.k, d.x[F_V] = p.v, d.x[F_A] = p.a, d.x[F_B] = p.b;
     d.y = p.y, d.state_in = p.state_in, d.state_out = p.state_out;
     d.ckpt = p.ckpt, d.first = p.seq.first, d.H = p.H, d.form = p.form;
-    rwkv7_decode_kernel<N, R><<<nb, NT, 0, stream>>>(d);
+    rwkv7_decode_kernel<N, R, SP><<<grid, NT, 0, stream>>>(d);
 }
 
 template <int N>
@@ -499,8 +538,13 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
         else rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
         return (int)cudaGetLastError();
     }
-    if (forward_rows(N, blocks, sms) == 1) launch_decode<N, 1>(p, nb, stream);
-    else if constexpr (N != 128) launch_decode<N, 2>(p, nb, stream);
+    const DecodeLayout l = decode_layout(N, blocks, sms);
+    if (l.rows == 2) {
+        if constexpr (N != 128) launch_decode<N, 2, 1>(p, nb, stream);
+    } else if (l.split == 4) {
+        if constexpr (N != 32) launch_decode<N, 1, 4>(p, nb, stream);
+    } else if (l.split == 2) launch_decode<N, 1, 2>(p, nb, stream);
+    else launch_decode<N, 1, 1>(p, nb, stream);
     return (int)cudaGetLastError();
 }
 

@@ -3,8 +3,10 @@
 // allocation node: what a decode loop replays is that one kernel), its replays give the direct
 // call's bits, and both agree with the float64 reference; the same step through head-padded
 // views (the kernel's general form; at B = 1 and 3 the direct call took the dense one:
-// backends/cuda/rwkv7.cu, DecodeDense) gives the same bits. B = 1 and 3 take the decode kernel
-// with one row per thread, B = 256 (512 heads) the one with two (forward_rows; the general form
+// backends/cuda/rwkv7.cu, DecodeDense) and as B packed one-token sequences (the sequential
+// forward kernel, whole heads) gives the same bits. B = 1 and 3 take the decode kernel with one
+// row per thread and, on a GPU with more SMs than twice the heads, a head's rows split over
+// blocks; B = 256 (512 heads) the one with two rows per thread (decode_layout; the general form
 // only); N = 32 / 64 / 128; f32 and bf16 inputs; state_in and state_out apart (so a replay
 // recomputes the same step) or one buffer. And T one-token calls in place (views of a T-token
 // tensor: the general form) give one T-token call's bits (y and state). Outputs are NaN-filled
@@ -137,6 +139,31 @@ void check_decode(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, i
         yd.buf = y_direct;
         CHECK(yp.values() == yd.read());
         CHECK(sp.bytes() == s_direct);
+    }
+
+    // the same step as B packed one-token sequences (the same buffers read as [1, B, H, N],
+    // offsets 0, 1, .., B): the sequential forward kernel, one block per (sequence, head), where
+    // the decode kernel at small B splits a head's rows over blocks (decode_layout): the same bits
+    {
+        if (in_place) state_in.upload();
+        Dev yq(HostTensor(dt, d.tok_shape())), sq(HostTensor(WKV_DTYPE_F32, d.state_shape()));
+        yq.poison();
+        sq.poison();
+        std::vector<int64_t> off((size_t)B + 1);
+        for (int64_t s = 0; s <= B; s++) off[(size_t)s] = s;
+        const int64_t packed_shape[4] = {1, B, H, N};
+        wkv_forward_desc g = f;
+        g.y = yq.view();
+        g.state_in = state_in.view();
+        g.state_out = sq.view();
+        wkv_tensor* gs[7] = {&g.r, &g.w, &g.k, &g.v, &g.a, &g.b, &g.y};
+        for (wkv_tensor* x : gs) x->shape = packed_shape;
+        g.seq_offsets = off.data();
+        g.num_seqs = B;
+        REQUIRE(wkv_forward(ctx, &g) == WKV_OK);
+        DEC_CU(cudaStreamSynchronize(stream));
+        CHECK(yq.bytes() == y_direct);
+        CHECK(sq.bytes() == s_direct);
     }
 
     // captured: one kernel node, nothing else

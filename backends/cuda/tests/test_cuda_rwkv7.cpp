@@ -140,7 +140,7 @@ TEST_CASE("cuda: T one-token calls in place equal one T-token call, bit for bit"
     Config c;
     // 320 (sequence, head) blocks: on a GPU of at most 160 SMs (an H100: 132) the T = 1 calls
     // take the decode kernel with 2 rows per thread and the T = 9 call the chunked kernel with
-    // 1 (backends/cuda/rwkv7.cu, forward_rows): the two must agree bit for bit all the same.
+    // 1 (backends/cuda/rwkv7.cu, decode_layout): the two must agree bit for bit all the same.
     c.B = 160; c.T = 9; c.H = 2; c.N = 64;
     Rng rng(test_seed());
     Rwkv7Data d = random_rwkv7(rng, c.B, c.T, c.H, c.N, c.form, true);
