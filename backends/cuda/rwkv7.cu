@@ -29,7 +29,8 @@
  * chunk; y through shared memory (N = 128: stored straight from registers). At N = 64 the
  * staging and the y stores are done by N extra producer threads (rwkv7_forward_ws_kernel),
  * the compute threads only walk the tokens. Decode kernel (unpacked T = 1): the same step for
- * one token, token and state loads issued together, one barrier. Both share row_step, and
+ * one token, token and state loads issued together, one barrier; with one row per thread a
+ * head's rows are split over up to 4 blocks (decode_layout). Both share row_step, and
  * every row's arithmetic depends only on L, so results do not depend on the kernel, B or T
  * (details at the forward kernels). The state is read once at the start and written once at
  * the end, so state_out may be state_in. No workspace, unless the forward saves the
@@ -441,8 +442,10 @@ __global__ void __launch_bounds__(DecodeShape<N, R, SP>::NT)
  *  - R: two (16 float4 state loads in flight per thread) when that still gives the GPU a warp
  *    per scheduler, else one. The chunked kernel always takes one row (measured at the B = 8
  *    anchor: R = 1, P = 2 2.72 ms; R = 2, P = 4 3.33; R = 4, P = 4 3.78; R = 1, P = 1 4.93).
- *  - SP (R = 1 only; at most N / 16, a block keeps a warp): the most blocks per head that
- *    still give every block an SM of its own.
+ *  - SP (R = 1 only): 4 blocks per head (N = 32: 2, so a block keeps a warp) up to 8 blocks
+ *    per SM, halved beyond. Measured (H100, N = 64, H = 32, NOTES v22): SP = 4 was the fastest
+ *    at every R = 1 batch, B = 1 to 8 (8: 1024 blocks of one warp on 132 SMs): B = 1 3.09 ->
+ *    2.89 us, B = 4 3.55 -> 3.18, B = 8 4.20 -> 4.03 in a one-kernel graph; SP = 2 in between.
  * WKV_CUDA_RWKV7_ROWS (1 or 2) and WKV_CUDA_RWKV7_SPLIT (1, 2 or 4; capped for N) override
  * them, for tests and measurements. */
 struct DecodeLayout {
@@ -464,10 +467,10 @@ DecodeLayout decode_layout(int N, int64_t blocks, int sms) {
     else if (forced_rows) l.rows = forced_rows;
     else l.rows = blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * sm ? 2 : 1;
     if (l.rows == 1) {
-        const int most = N == 32 ? 2 : 4;
-        if (forced_split) l.split = forced_split < most ? forced_split : most;
+        l.split = N == 32 ? 2 : 4;
+        if (forced_split) l.split = forced_split < l.split ? forced_split : l.split;
         else
-            while (l.split < most && blocks * 2 * l.split <= sm) l.split *= 2;
+            while (l.split > 1 && blocks * l.split > 8 * sm) l.split /= 2;
     }
     return l;
 }
