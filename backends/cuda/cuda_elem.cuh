@@ -1,6 +1,6 @@
-/* Device helpers shared by rwkv6.cu and rwkv4.cu: element loads/stores of any dtype, the decay
- * forms, sequence bounds of a block (RWKV-7's sequential kernels keep their own tuned copies in
- * rwkv7_step.cuh); asynchronous copies (rwkv7_bwd.cu, rwkv7_chunk*.cu, rwkv6.cu). */
+/* Device helpers shared by every kernel file: element loads/stores of any dtype, the decay
+ * forms, sequence bounds of a block (RWKV-7's sequential kernels keep their own row-wise stores
+ * in rwkv7_step.cuh); asynchronous copies (rwkv7_bwd.cu, rwkv7_chunk*.cu, rwkv6.cu). */
 #ifndef WKV_BACKENDS_CUDA_ELEM_CUH
 #define WKV_BACKENDS_CUDA_ELEM_CUH
 
@@ -13,7 +13,10 @@
 namespace wkv_cuda {
 namespace elem {
 
-/* Branch-free element load (see rwkv7_step.cuh's load_elem for why). */
+/* Element load of any dtype, branch-free: two 16-bit loads (the same one twice for 16-bit
+ * types) and selects. A switch around each load makes the compiler retire every load before the
+ * next one (the scoreboard state must agree where the branches join), which serialises the
+ * prefetches. */
 __device__ __forceinline__ float load(const DevView& v, int64_t off) {
     const int es = v.elem == 0 ? 4 : 2;
     const unsigned short* ptr = reinterpret_cast<const unsigned short*>(v.data + off * es);

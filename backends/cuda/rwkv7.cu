@@ -70,17 +70,17 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
 
     float pr[PER], pw[PER], pk[PER], pv[PER], pa[PER], pb[PER];
     /* tokens tc + u of the chunk at tc, clamped to the last token of the sequence: every load
-     * is unconditional (see load_elem for why that matters) */
+     * is unconditional (see elem::load for why that matters) */
     auto prefetch = [&](int64_t tc) {
 #pragma unroll
         for (int x = 0; x < PER; ++x) {
             const int64_t t = min64(tc + su + TPJ * x, t1 - 1);
-            pr[x] = load_elem(p.r, br + t * p.r.s[1]);
-            pw[x] = load_elem(p.w, bw + t * p.w.s[1]);
-            pk[x] = load_elem(p.k, bk + t * p.k.s[1]);
-            pv[x] = load_elem(p.v, bv + t * p.v.s[1]);
-            pa[x] = load_elem(p.a, ba + t * p.a.s[1]);
-            pb[x] = load_elem(p.b, bb + t * p.b.s[1]);
+            pr[x] = elem::load(p.r, br + t * p.r.s[1]);
+            pw[x] = elem::load(p.w, bw + t * p.w.s[1]);
+            pk[x] = elem::load(p.k, bk + t * p.k.s[1]);
+            pv[x] = elem::load(p.v, bv + t * p.v.s[1]);
+            pa[x] = elem::load(p.a, ba + t * p.a.s[1]);
+            pb[x] = elem::load(p.b, bb + t * p.b.s[1]);
         }
     };
     auto stage = [&](int buf, int m) {
@@ -186,12 +186,12 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
 #pragma unroll
         for (int x = 0; x < CH; ++x) {
             const int64_t t = min64(tc + x, t1 - 1);
-            pr[x] = load_elem(p.r, br + t * p.r.s[1]);
-            pw[x] = load_elem(p.w, bw + t * p.w.s[1]);
-            pk[x] = load_elem(p.k, bk + t * p.k.s[1]);
-            pv[x] = load_elem(p.v, bv + t * p.v.s[1]);
-            pa[x] = load_elem(p.a, ba + t * p.a.s[1]);
-            pb[x] = load_elem(p.b, bb + t * p.b.s[1]);
+            pr[x] = elem::load(p.r, br + t * p.r.s[1]);
+            pw[x] = elem::load(p.w, bw + t * p.w.s[1]);
+            pk[x] = elem::load(p.k, bk + t * p.k.s[1]);
+            pv[x] = elem::load(p.v, bv + t * p.v.s[1]);
+            pa[x] = elem::load(p.a, ba + t * p.a.s[1]);
+            pb[x] = elem::load(p.b, bb + t * p.b.s[1]);
         }
     };
     auto stage = [&](int buf, int m) {
@@ -298,7 +298,7 @@ struct DecodeViews {
         h = blk % p.H;
     }
     __device__ float tok(int f, int j) const {
-        return load_elem(p.x[f], tok_base(p.x[f], s, h) + j * p.x[f].s[3]);
+        return elem::load(p.x[f], tok_base(p.x[f], s, h) + j * p.x[f].s[3]);
     }
     template <class T>
     __device__ void load_state(int rg, int q, float (&S)[T::R][T::C]) const {

@@ -214,11 +214,11 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
             for (int x = 0; x < PERA; ++x) {
                 const int u = su + TPJ * x;
                 const int64_t t = ts + (u < K1 ? u : K1 - 1);
-                pw[x] = load_elem(p.w, ioff(p.w, bw, t));
-                pk[x] = load_elem(p.k, ioff(p.k, bk, t));
-                pv[x] = load_elem(p.v, ioff(p.v, bv, t));
-                pa[x] = load_elem(p.a, ioff(p.a, ba, t));
-                pb[x] = load_elem(p.b, ioff(p.b, bb, t));
+                pw[x] = elem::load(p.w, ioff(p.w, bw, t));
+                pk[x] = elem::load(p.k, ioff(p.k, bk, t));
+                pv[x] = elem::load(p.v, ioff(p.v, bv, t));
+                pa[x] = elem::load(p.a, ioff(p.a, ba, t));
+                pb[x] = elem::load(p.b, ioff(p.b, bb, t));
             }
         };
         if (nseg > 1) prefetch(t0);
@@ -308,13 +308,13 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 for (int x = 0; x < SG; ++x) {
                     const int u = su + TPJ * (x0 + x);
                     const int64_t t = ts + (u < m ? u : m - 1);
-                    lr[x] = load_elem(p.r, ioff(p.r, br, t));
-                    lw[x] = load_elem(p.w, ioff(p.w, bw, t));
-                    lk[x] = load_elem(p.k, ioff(p.k, bk, t));
-                    lv[x] = load_elem(p.v, ioff(p.v, bv, t));
-                    la[x] = load_elem(p.a, ioff(p.a, ba, t));
-                    lb[x] = load_elem(p.b, ioff(p.b, bb, t));
-                    ldy[x] = load_elem(p.dy, ioff(p.dy, bdy, t));
+                    lr[x] = elem::load(p.r, ioff(p.r, br, t));
+                    lw[x] = elem::load(p.w, ioff(p.w, bw, t));
+                    lk[x] = elem::load(p.k, ioff(p.k, bk, t));
+                    lv[x] = elem::load(p.v, ioff(p.v, bv, t));
+                    la[x] = elem::load(p.a, ioff(p.a, ba, t));
+                    lb[x] = elem::load(p.b, ioff(p.b, bb, t));
+                    ldy[x] = elem::load(p.dy, ioff(p.dy, bdy, t));
                 }
 #pragma unroll
                 for (int x = 0; x < SG; ++x) {

@@ -21,8 +21,6 @@
 namespace wkv_cuda {
 namespace {
 
-constexpr float kClampwScale = 0.60653065971263342f; /* exp(-0.5) */
-
 /* A thread's tile: R rows x N / L columns; (N / R) * L threads. */
 template <int N_, int R_, int L_>
 struct Tile {
@@ -37,20 +35,6 @@ struct Tile {
 
 /* ------------------------------------------------------------------------- element access */
 
-/* Branch-free: two 16-bit loads (the same one twice for 16-bit types) and selects. A switch
- * around each load makes the compiler retire every load before the next one (the scoreboard
- * state must agree where the branches join), which serialises the prefetches. */
-__device__ __forceinline__ float load_elem(const DevView& v, int64_t off) {
-    const int es = v.elem == 0 ? 4 : 2;
-    const unsigned short* ptr = reinterpret_cast<const unsigned short*>(v.data + off * es);
-    const unsigned lo = ptr[0];
-    const unsigned hi = ptr[es >> 2];
-    const float f32 = __uint_as_float(lo | (hi << 16));
-    const float bf16 = __uint_as_float(lo << 16);
-    const float f16 = __half2float(__ushort_as_half((unsigned short)lo));
-    return v.elem == 0 ? f32 : (v.elem == 2 ? bf16 : f16);
-}
-
 __device__ __forceinline__ void store_elem(const DevView& v, int64_t off, float x) {
     switch (v.elem) {
     case 0: reinterpret_cast<float*>(v.data)[off] = x; break;
@@ -64,35 +48,9 @@ __device__ __forceinline__ int64_t tok_base(const DevView& v, int64_t b, int64_t
     return b * v.s[0] + h * v.s[2];
 }
 
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* decay and d decay / d w from w: the CPU backend's decay_row, element by element. */
-__device__ __forceinline__ float decay_of(int form, float w, float* ddw) {
-    switch (form) {
-    case 1: /* DIRECT */
-        *ddw = 1.0f;
-        return w;
-    case 2: { /* LOG */
-        const float d = expf(w);
-        *ddw = d;
-        return d;
-    }
-    case 3: { /* EXP_NEG_EXP */
-        const float e = expf(w);
-        const float d = expf(-e);
-        *ddw = isinf(e) ? -0.0f : -e * d;
-        return d;
-    }
-    default: { /* CLAMPW */
-        const float z = expf(-fabsf(w));
-        const float inv = 1.0f / (1.0f + z);
-        const float sig = w >= 0.0f ? inv : z * inv;
-        const float d = expf(-kClampwScale * sig);
-        *ddw = -kClampwScale * (z * inv * inv) * d;
-        return d;
-    }
-    }
-}
+/* The decay forms and min64 are cuda_elem.cuh's, shared with RWKV-6/4 and the chunked kernels. */
+using elem::decay_of;
+using elem::min64;
 
 /* Sum over the L adjacent lanes of a group (L a power of two dividing 32). */
 template <int L>
