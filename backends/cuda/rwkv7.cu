@@ -60,12 +60,7 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
     const int64_t t0 = pos.t0, t1 = pos.t1;
     const bool want_y = p.y.data != nullptr;
 
-    const int64_t br = tok_base(p.r, pos.batch, pos.h) + sj * p.r.s[3];
-    const int64_t bw = tok_base(p.w, pos.batch, pos.h) + sj * p.w.s[3];
-    const int64_t bk = tok_base(p.k, pos.batch, pos.h) + sj * p.k.s[3];
-    const int64_t bv = tok_base(p.v, pos.batch, pos.h) + sj * p.v.s[3];
-    const int64_t ba = tok_base(p.a, pos.batch, pos.h) + sj * p.a.s[3];
-    const int64_t bb = tok_base(p.b, pos.batch, pos.h) + sj * p.b.s[3];
+    const TokenCols col = token_cols(p, pos, sj);
     const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) : 0;
 
     float pr[PER], pw[PER], pk[PER], pv[PER], pa[PER], pb[PER];
@@ -75,12 +70,7 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
 #pragma unroll
         for (int x = 0; x < PER; ++x) {
             const int64_t t = min64(tc + su + TPJ * x, t1 - 1);
-            pr[x] = elem::load(p.r, br + t * p.r.s[1]);
-            pw[x] = elem::load(p.w, bw + t * p.w.s[1]);
-            pk[x] = elem::load(p.k, bk + t * p.k.s[1]);
-            pv[x] = elem::load(p.v, bv + t * p.v.s[1]);
-            pa[x] = elem::load(p.a, ba + t * p.a.s[1]);
-            pb[x] = elem::load(p.b, bb + t * p.b.s[1]);
+            load_token(p, col, t, pr[x], pw[x], pk[x], pv[x], pa[x], pb[x]);
         }
     };
     auto stage = [&](int buf, int m) {
@@ -173,12 +163,7 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
     const int64_t t0 = pos.t0, t1 = pos.t1;
     const bool want_y = p.y.data != nullptr;
 
-    const int64_t br = tok_base(p.r, pos.batch, pos.h) + sj * p.r.s[3];
-    const int64_t bw = tok_base(p.w, pos.batch, pos.h) + sj * p.w.s[3];
-    const int64_t bk = tok_base(p.k, pos.batch, pos.h) + sj * p.k.s[3];
-    const int64_t bv = tok_base(p.v, pos.batch, pos.h) + sj * p.v.s[3];
-    const int64_t ba = tok_base(p.a, pos.batch, pos.h) + sj * p.a.s[3];
-    const int64_t bb = tok_base(p.b, pos.batch, pos.h) + sj * p.b.s[3];
+    const TokenCols col = token_cols(p, pos, sj);
     const int64_t by = want_y ? tok_base(p.y, pos.batch, pos.h) : 0;
 
     float pr[CH], pw[CH], pk[CH], pv[CH], pa[CH], pb[CH];
@@ -186,12 +171,7 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
 #pragma unroll
         for (int x = 0; x < CH; ++x) {
             const int64_t t = min64(tc + x, t1 - 1);
-            pr[x] = elem::load(p.r, br + t * p.r.s[1]);
-            pw[x] = elem::load(p.w, bw + t * p.w.s[1]);
-            pk[x] = elem::load(p.k, bk + t * p.k.s[1]);
-            pv[x] = elem::load(p.v, bv + t * p.v.s[1]);
-            pa[x] = elem::load(p.a, ba + t * p.a.s[1]);
-            pb[x] = elem::load(p.b, bb + t * p.b.s[1]);
+            load_token(p, col, t, pr[x], pw[x], pk[x], pv[x], pa[x], pb[x]);
         }
     };
     auto stage = [&](int buf, int m) {

@@ -146,12 +146,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
 
     auto tokv = [&](int u, int which) -> float* { return s_tok + (size_t)u * TOK + which * N; };
 
-    const int64_t br = tok_base(p.r, pos.batch, pos.h) + sj * p.r.s[3];
-    const int64_t bw = tok_base(p.w, pos.batch, pos.h) + sj * p.w.s[3];
-    const int64_t bk = tok_base(p.k, pos.batch, pos.h) + sj * p.k.s[3];
-    const int64_t bv = tok_base(p.v, pos.batch, pos.h) + sj * p.v.s[3];
-    const int64_t ba = tok_base(p.a, pos.batch, pos.h) + sj * p.a.s[3];
-    const int64_t bb = tok_base(p.b, pos.batch, pos.h) + sj * p.b.s[3];
+    const TokenCols col = token_cols(p, pos, sj);
     const int64_t bdy = tok_base(p.dy, pos.batch, pos.h) + sj * p.dy.s[3];
     auto ioff = [&](const DevView& v, int64_t base, int64_t t) { return base + t * v.s[1]; };
 
@@ -214,11 +209,11 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
             for (int x = 0; x < PERA; ++x) {
                 const int u = su + TPJ * x;
                 const int64_t t = ts + (u < K1 ? u : K1 - 1);
-                pw[x] = elem::load(p.w, ioff(p.w, bw, t));
-                pk[x] = elem::load(p.k, ioff(p.k, bk, t));
-                pv[x] = elem::load(p.v, ioff(p.v, bv, t));
-                pa[x] = elem::load(p.a, ioff(p.a, ba, t));
-                pb[x] = elem::load(p.b, ioff(p.b, bb, t));
+                pw[x] = elem::load(p.w, ioff(p.w, col.w, t));
+                pk[x] = elem::load(p.k, ioff(p.k, col.k, t));
+                pv[x] = elem::load(p.v, ioff(p.v, col.v, t));
+                pa[x] = elem::load(p.a, ioff(p.a, col.a, t));
+                pb[x] = elem::load(p.b, ioff(p.b, col.b, t));
             }
         };
         if (nseg > 1) prefetch(t0);
@@ -308,12 +303,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 for (int x = 0; x < SG; ++x) {
                     const int u = su + TPJ * (x0 + x);
                     const int64_t t = ts + (u < m ? u : m - 1);
-                    lr[x] = elem::load(p.r, ioff(p.r, br, t));
-                    lw[x] = elem::load(p.w, ioff(p.w, bw, t));
-                    lk[x] = elem::load(p.k, ioff(p.k, bk, t));
-                    lv[x] = elem::load(p.v, ioff(p.v, bv, t));
-                    la[x] = elem::load(p.a, ioff(p.a, ba, t));
-                    lb[x] = elem::load(p.b, ioff(p.b, bb, t));
+                    load_token(p, col, t, lr[x], lw[x], lk[x], lv[x], la[x], lb[x]);
                     ldy[x] = elem::load(p.dy, ioff(p.dy, bdy, t));
                 }
 #pragma unroll

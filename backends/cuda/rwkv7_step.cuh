@@ -103,6 +103,30 @@ __device__ __forceinline__ SeqPos seq_pos(const SeqInfo& q, int H, int64_t T) {
     return p;
 }
 
+/* Where staging thread sj's column of a block's (sequence, head) starts in the six token
+ * inputs: token t's element at col.x + t * p.x.s[1]. */
+struct TokenCols {
+    int64_t r, w, k, v, a, b;
+};
+
+template <class Params>
+__device__ __forceinline__ TokenCols token_cols(const Params& p, const SeqPos& pos, int sj) {
+    auto at = [&](const DevView& v) { return tok_base(v, pos.batch, pos.h) + sj * v.s[3]; };
+    return TokenCols{at(p.r), at(p.w), at(p.k), at(p.v), at(p.a), at(p.b)};
+}
+
+/* Token t's six inputs in that column, each load unconditional (see elem::load). */
+template <class Params>
+__device__ __forceinline__ void load_token(const Params& p, const TokenCols& col, int64_t t, float& r, float& w,
+                                           float& k, float& v, float& a, float& b) {
+    r = elem::load(p.r, col.r + t * p.r.s[1]);
+    w = elem::load(p.w, col.w + t * p.w.s[1]);
+    k = elem::load(p.k, col.k + t * p.k.s[1]);
+    v = elem::load(p.v, col.v + t * p.v.s[1]);
+    a = elem::load(p.a, col.a + t * p.a.s[1]);
+    b = elem::load(p.b, col.b + t * p.b.s[1]);
+}
+
 /* ------------------------------------------------------------------------ state in / out */
 
 /* True when a state view can be read as float4 rows: unit column stride, every other stride
