@@ -220,6 +220,30 @@ __device__ __forceinline__ void fwd_update(float (&S)[T::R][T::C], int q, const 
     }
 }
 
+/* out[rr] = S_rr . x for the thread's rows: its columns J(q) (x a float4-aligned vector in
+ * shared memory) in two chains per row, then the sum over the row's L lanes. */
+template <class T>
+__device__ __forceinline__ void rows_dot(const float (&S)[T::R][T::C], int q, const float* x, float (&out)[T::R]) {
+    constexpr int R = T::R, L = T::L, G = T::G;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float acc[R], acc2[R];
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f, acc2[rr] = 0.0f;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float4 xv = x4[g * L + q];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) {
+            acc[rr] = fmaf(S[rr][4 * g + 0], xv.x, acc[rr]);
+            acc2[rr] = fmaf(S[rr][4 * g + 1], xv.y, acc2[rr]);
+            acc[rr] = fmaf(S[rr][4 * g + 2], xv.z, acc[rr]);
+            acc2[rr] = fmaf(S[rr][4 * g + 3], xv.w, acc2[rr]);
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) out[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
+}
+
 /* S (the thread's tile) <- one token. v_rows points at v of the tile's first row. Returns
  * sa of the tile's rows in sa[]; with want_y also y (reduced over the lanes) in y[]. */
 template <class T>
@@ -227,45 +251,12 @@ __device__ __forceinline__ void fwd_step(float (&S)[T::R][T::C], int q, const fl
                                          const float* d, const float* k, const float* a,
                                          const float* b, const float* r, bool want_y,
                                          float (&sa)[T::R], float (&y)[T::R]) {
-    constexpr int R = T::R, L = T::L, G = T::G;
-    const float4* a4 = reinterpret_cast<const float4*>(a);
+    constexpr int R = T::R;
     float vr[R];
     lds_r<R>(v_rows, vr);
-    float acc[R], acc2[R]; /* two chains per row */
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f, acc2[rr] = 0.0f;
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        const float4 av = a4[g * L + q];
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) {
-            acc[rr] = fmaf(S[rr][4 * g + 0], av.x, acc[rr]);
-            acc2[rr] = fmaf(S[rr][4 * g + 1], av.y, acc2[rr]);
-            acc[rr] = fmaf(S[rr][4 * g + 2], av.z, acc[rr]);
-            acc2[rr] = fmaf(S[rr][4 * g + 3], av.w, acc2[rr]);
-        }
-    }
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) sa[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
+    rows_dot<T>(S, q, a, sa);
     fwd_update<T>(S, q, vr, d, k, b, sa);
-    if (want_y) {
-        const float4* r4 = reinterpret_cast<const float4*>(r);
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f, acc2[rr] = 0.0f;
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const float4 rv = r4[g * L + q];
-#pragma unroll
-            for (int rr = 0; rr < R; ++rr) {
-                acc[rr] = fmaf(S[rr][4 * g + 0], rv.x, acc[rr]);
-                acc2[rr] = fmaf(S[rr][4 * g + 1], rv.y, acc2[rr]);
-                acc[rr] = fmaf(S[rr][4 * g + 2], rv.z, acc[rr]);
-                acc2[rr] = fmaf(S[rr][4 * g + 3], rv.w, acc2[rr]);
-            }
-        }
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr) y[rr] = lanes_sum<L>(acc[rr] + acc2[rr]);
-    }
+    if (want_y) rows_dot<T>(S, q, r, y);
 }
 
 /* ------------------------------------------------------------------------------- forward */
