@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -505,8 +506,14 @@ TEST_CASE("rwkv6: results are bit-identical over thread counts and work splits")
 }
 
 TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
-    // workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(4 H G N^2) + A64(4 items N)
-    //           + chunks A64(4 ((R + 1) N^2 + 14 N)), see backends/cpu/rwkv6.cpp
+    // On the scalar path, and on a vector path (W floats per vector) where N is not a multiple
+    // of W, see backends/cpu/rwkv6.cpp:
+    //   workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(4 H G N^2) + A64(4 items N)
+    //             + chunks A64(4 ((R + 1) N^2 + 14 N))
+    // and where it is (backends/cpu/rwkv6_simd.inl: items of up to 4 heads, Gh of them):
+    //   workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(4 H G N^2) + A64(4 num_seqs H N)
+    //             + chunks A64(4 ((Gh + R) N^2 + Gh (R + 1) 10 N + 2 Gh N))
+    //   Gh = min(4, H, ceil(H / ceil(threads / num_seqs))), chunks = min(items, 4 threads)
     auto a64 = [](uint64_t x) { return (x + 63) / 64 * 64; };
     struct Shape {
         int64_t B, T, H, N;
@@ -515,51 +522,68 @@ TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
     };
     const std::vector<Shape> shapes = {{1, 1, 1, 1, {}, 1},     {2, 37, 3, 64, {}, 2},
                                        {3, 32, 2, 7, {}, 16},   {1, 33, 1, 5, {}, 1},
-                                       {1, 46, 2, 7, {5, 0, 40, 1}, 3}, {1, 0 + 3, 4, 3, {0, 3, 0}, 2}};
-    for (const Shape& s : shapes) {
-        CAPTURE(s.B);
-        CAPTURE(s.T);
-        CAPTURE(s.H);
-        CAPTURE(s.N);
-        CAPTURE(s.threads);
-        CpuCtx ctx(s.threads);
-        REQUIRE(ctx.status == WKV_OK);
-        const int64_t num_seqs = s.lens.empty() ? s.B : static_cast<int64_t>(s.lens.size());
-        const std::vector<int64_t> off = s.lens.empty() ? std::vector<int64_t>() : offsets_of(s.lens);
-        HostTensor r(WKV_DTYPE_F32, {s.B, s.T, s.H, s.N}), u(WKV_DTYPE_F32, {s.H, s.N});
-        HostTensor dr(WKV_DTYPE_F32, {s.B, s.T, s.H, s.N}), dw = dr, dk = dr, dv = dr, dy = dr;
-        HostTensor du(WKV_DTYPE_F32, {s.H, s.N});
-        wkv_forward_desc f{};
-        f.struct_size = sizeof f;
-        f.op = WKV_OP_RWKV6;
-        f.decay_form = WKV_DECAY_LOG;
-        f.r = f.w = f.k = f.v = r.view();
-        f.u = u.view();
-        f.seq_offsets = off.empty() ? nullptr : off.data();
-        f.num_seqs = off.empty() ? 0 : num_seqs;
-        wkv_backward_desc g{};
-        g.struct_size = sizeof g;
-        g.forward = &f;
-        g.dy = dy.view(), g.dr = dr.view(), g.dw = dw.view(), g.dk = dk.view(), g.dv = dv.view();
-        g.du = du.view();
-        size_t bytes = 0;
-        REQUIRE_MESSAGE(wkv_workspace_size(ctx.ctx, &bytes, &g) == WKV_OK, wkv_last_error(ctx.ctx));
+                                       {1, 46, 2, 7, {5, 0, 40, 1}, 3}, {1, 0 + 3, 4, 3, {0, 3, 0}, 2},
+                                       {1, 70, 9, 32, {}, 1},   {2, 5, 6, 16, {}, 3},
+                                       {1, 46, 5, 64, {5, 0, 40, 1}, 2}, {1, 3, 2, 32, {0, 3, 0}, 1}};
+    const std::map<std::string, uint64_t> width = {{"scalar", 0}, {"avx2", 8}, {"avx512", 16}, {"neon", 4}};
+    for (const std::string& isa : runnable_cpu_isas()) {
+        ScopedIsa scope(isa.c_str());
+        const uint64_t W = width.at(isa);
+        for (const Shape& s : shapes) {
+            CAPTURE(isa);
+            CAPTURE(s.B);
+            CAPTURE(s.T);
+            CAPTURE(s.H);
+            CAPTURE(s.N);
+            CAPTURE(s.threads);
+            CpuCtx ctx(s.threads);
+            REQUIRE(ctx.status == WKV_OK);
+            const int64_t num_seqs = s.lens.empty() ? s.B : static_cast<int64_t>(s.lens.size());
+            const std::vector<int64_t> off = s.lens.empty() ? std::vector<int64_t>() : offsets_of(s.lens);
+            HostTensor r(WKV_DTYPE_F32, {s.B, s.T, s.H, s.N}), u(WKV_DTYPE_F32, {s.H, s.N});
+            HostTensor dr(WKV_DTYPE_F32, {s.B, s.T, s.H, s.N}), dw = dr, dk = dr, dv = dr, dy = dr;
+            HostTensor du(WKV_DTYPE_F32, {s.H, s.N});
+            wkv_forward_desc f{};
+            f.struct_size = sizeof f;
+            f.op = WKV_OP_RWKV6;
+            f.decay_form = WKV_DECAY_LOG;
+            f.r = f.w = f.k = f.v = r.view();
+            f.u = u.view();
+            f.seq_offsets = off.empty() ? nullptr : off.data();
+            f.num_seqs = off.empty() ? 0 : num_seqs;
+            wkv_backward_desc g{};
+            g.struct_size = sizeof g;
+            g.forward = &f;
+            g.dy = dy.view(), g.dr = dr.view(), g.dw = dw.view(), g.dk = dk.view(), g.dv = dv.view();
+            g.du = du.view();
+            size_t bytes = 0;
+            REQUIRE_MESSAGE(wkv_workspace_size(ctx.ctx, &bytes, &g) == WKV_OK, wkv_last_error(ctx.ctx));
 
-        const uint64_t N = static_cast<uint64_t>(s.N), H = static_cast<uint64_t>(s.H);
-        uint64_t G = 0;
-        int64_t max_len = 0;
-        for (int64_t q = 0; q < num_seqs; q++) {
-            const int64_t len = s.lens.empty() ? s.T : s.lens[static_cast<size_t>(q)];
-            G += static_cast<uint64_t>((len + 31) / 32);
-            max_len = std::max(max_len, len);
+            const uint64_t N = static_cast<uint64_t>(s.N), H = static_cast<uint64_t>(s.H);
+            const uint64_t S = static_cast<uint64_t>(num_seqs), T = static_cast<uint64_t>(s.threads);
+            uint64_t G = 0;
+            int64_t max_len = 0;
+            for (int64_t q = 0; q < num_seqs; q++) {
+                const int64_t len = s.lens.empty() ? s.T : s.lens[static_cast<size_t>(q)];
+                G += static_cast<uint64_t>((len + 31) / 32);
+                max_len = std::max(max_len, len);
+            }
+            const uint64_t R = max_len < 1 ? 0 : static_cast<uint64_t>(std::min<int64_t>(max_len, 32) - 1);
+            const uint64_t head = 64 + (s.lens.empty() ? 0 : a64(8 * (S + 1))) + a64(4 * H * G * N * N) +
+                                  a64(4 * S * H * N);
+            uint64_t want = 0;
+            if (W == 0 || N % W != 0) {
+                const uint64_t chunks = std::min<uint64_t>(S * H, 4u * T);
+                want = head + chunks * a64(4 * ((R + 1) * N * N + 14 * N));
+            } else {
+                const uint64_t per_seq = (T + S - 1) / S;
+                const uint64_t Gh = std::min<uint64_t>({4, H, per_seq > 1 ? (H + per_seq - 1) / per_seq : H});
+                const uint64_t items = S * ((H + Gh - 1) / Gh);
+                const uint64_t chunks = std::min<uint64_t>(items, 4u * T);
+                want = head + chunks * a64(4 * ((Gh + R) * N * N + Gh * (R + 1) * 10 * N + 2 * Gh * N));
+            }
+            CHECK(bytes == want);
         }
-        const uint64_t R = max_len < 1 ? 0 : static_cast<uint64_t>(std::min<int64_t>(max_len, 32) - 1);
-        const uint64_t items = static_cast<uint64_t>(num_seqs) * H;
-        const uint64_t chunks = std::min<uint64_t>(items, 4u * static_cast<uint64_t>(s.threads));
-        const uint64_t want = 64 + (s.lens.empty() ? 0 : a64(8 * (static_cast<uint64_t>(num_seqs) + 1))) +
-                              a64(4 * H * G * N * N) + a64(4 * items * N) +
-                              chunks * a64(4 * ((R + 1) * N * N + 14 * N));
-        CHECK(bytes == want);
     }
 }
 
@@ -766,5 +790,12 @@ TEST_CASE("rwkv6: every CPU path this machine runs against the reference") {
         c = full_state(Config{});
         c.B = 1, c.T = 35, c.H = 2, c.N = 24, c.form = WKV_DECAY_DIRECT, c.threads = 1;
         check_config(c, seed + 104, {20, 0, 15, 0});
+        // the vector backward's head groups: 9 heads in items of 4, 4 and 1 (one thread), of
+        // 2 and 1 per sequence (five threads, three sequences, packed: one of them empty)
+        c = full_state(Config{});
+        c.B = 1, c.T = 70, c.H = 9, c.N = 32, c.threads = 1, c.dtype = WKV_DTYPE_BF16;
+        check_config(c, seed + 105);
+        c.T = 66, c.H = 3, c.N = 64, c.threads = 5, c.dtype = WKV_DTYPE_F32;
+        check_config(c, seed + 106, {33, 0, 33});
     }
 }

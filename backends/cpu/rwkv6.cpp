@@ -47,7 +47,10 @@
  *   E.g. B=1 T=4096 H=32 N=64: 64 MiB of checkpoints + 8 KiB of du partials + chunks x 516 KiB.
  *
  * The forward allocates chunks * A64(4 * (2 * N2 + 7 * N)) bytes of its own scratch (malloc)
- * before it writes anything, so an allocation failure leaves every output untouched. */
+ * before it writes anything, so an allocation failure leaves every output untouched. This is the
+ * portable scalar path; the vector paths (isa.h) run rwkv6_simd.inl's forward, and its backward
+ * where N is a multiple of the vector width (items of up to 4 heads, a workspace of its own,
+ * given there; the du partials and the checkpoints are this file's), this file's otherwise. */
 #include "rwkv6.h"
 
 #include <cstdint>

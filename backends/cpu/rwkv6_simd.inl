@@ -193,9 +193,26 @@ void forward_item6(const wkv_problem* p, int64_t group, int64_t item, float* scr
  * is this file's (N a multiple of W); rwkv6.cpp's scalar backward has other roundings. */
 bool saves6(const wkv_problem* p) { return p->N % W == 0; }
 
-/* -------------------------------------------------------------------------------- backward */
-
-constexpr int64_t kBackwardRows6 = 14; /* r w k v u decay ddw dy dr dw dk dv dd du */
+/* ----------------------------------------------------------------------------- backward
+ * rwkv6.cpp's checkpoint + replay scheme (K = 32; N a multiple of W), with these changes, as in
+ * rwkv7_simd.inl's backward:
+ *   - an item is a group of up to kBackwardGroup6 heads of a sequence (backward_group6), whose
+ *     input rows are read token-major, all the group's heads of a token together: in the
+ *     checkpoint pass as in the forward (each head stepping in place), and for each segment into
+ *     the token records of every head of the group (converted, with decay and d decay / d w,
+ *     made once per token for the replay and the sweep), before the heads replay and sweep it
+ *     one after the other; the gradients go to the records too and are written token-major
+ *     after the last head (NOTES.md, step 30);
+ *   - the sweep is one pass per kRows6 rows (dv, dk, dd, dr sums and dS = dS decay + dy r^T):
+ *     6 vector ops per element.
+ * Workspace (floats), with G = the group, R = min(K, max_s L_s) - 1 (0 if that is < 0):
+ *   checkpoints = H * (sum_s ceil(L_s / K)) * N^2     (as rwkv6.cpp's)
+ *   du partials = num_seqs * H * N                    (as rwkv6.cpp's)
+ *   chunk       = (G + R) * N^2 + G * (R + 1) * kTokRows6 * N + 2 * G * N
+ *                 (the group's dS, R replay states, G (R + 1) token records, u and du rows). */
+/* record rows: r k v dy decay ddw dr dw (w before the decay, dd before dw) dk dv */
+constexpr int64_t kTokRows6 = 10;
+constexpr int64_t kBackwardGroup6 = 4;
 
 /* One backward step over the rows of dS (row stride Np): on entry the gradient w.r.t. S_t, on
  * exit w.r.t. S_{t-1} (Sp, row stride Np). Writes dv (per row, without the ruk term) and the
@@ -252,140 +269,213 @@ inline void backward6_rows(float* dS, const float* Sp, int nv_rt, int64_t Np,
     }
 }
 
+int64_t backward_group6(const wkv_problem* p, int64_t threads) {
+    if (p->N % W != 0) return 1; /* rwkv6.cpp's scalar backward: one head per item */
+    return backward_head_group(p, threads, kBackwardGroup6);
+}
+
 BackwardSizes backward_sizes6(const wkv_problem* p, const BackwardShape& shape, CheckedSize& c) {
     if (p->N % W != 0) return kRwkv6Op.backward_sizes(p, shape, c);
-    const uint64_t Np = (uint64_t)padded(p->N), N = (uint64_t)p->N, H = (uint64_t)p->H;
+    const uint64_t N = (uint64_t)p->N, H = (uint64_t)p->H, G = (uint64_t)shape.group;
     const int64_t max_len = shape.max_len;
     BackwardSizes z;
     z.replay_states = max_len < 1 ? 0 : (max_len < K6 ? max_len : K6) - 1;
-    z.ckpt_floats = c.mul(c.mul(H, shape.segments), c.mul(Np, Np));
-    z.part_floats = c.mul(shape.items, N);
-    z.chunk_floats = c.add(c.mul((uint64_t)z.replay_states + 1, c.mul(Np, Np)),
-                           c.mul((uint64_t)kBackwardRows6, Np));
+    const uint64_t R = (uint64_t)z.replay_states;
+    z.ckpt_floats = c.mul(c.mul(H, shape.segments), c.mul(N, N));
+    z.part_floats = c.mul(c.mul((uint64_t)p->num_seqs, H), N); /* per (sequence, head) */
+    z.chunk_floats = c.add(c.add(c.mul(c.add(G, R), c.mul(N, N)),
+                                 c.mul(c.mul(c.mul(G, R + 1), (uint64_t)kTokRows6), N)),
+                           c.mul(2 * G, N));
     return z;
+}
+
+/* One token's record (kTokRows6 rows of Np, the order of the comment above). */
+struct Tok6 {
+    float *r, *k, *v, *dy, *decay, *ddw, *dr, *dw, *dk, *dv;
+};
+
+inline Tok6 record6(float* rows, int64_t Np) noexcept {
+    Tok6 x;
+    x.r = rows;
+    x.k = rows + Np;
+    x.v = rows + 2 * Np;
+    x.dy = rows + 3 * Np;
+    x.decay = rows + 4 * Np;
+    x.ddw = rows + 5 * Np;
+    x.dr = rows + 6 * Np;
+    x.dw = rows + 7 * Np;
+    x.dk = rows + 8 * Np;
+    x.dv = rows + 9 * Np;
+    return x;
+}
+
+/* Token t's rows of head h into the record at `rows`: r k v dy converted (or copied: inline
+ * vector copies), w into the dw row, then decay and ddw from it. */
+inline void load_tok6(const wkv_problem* p, int64_t batch, int64_t t, int64_t h, int64_t Np,
+                      float* rows) noexcept {
+    const int64_t N = p->N;
+    const Tok6 x = record6(rows, Np);
+    auto in = [&](const wkv_view& v, float* buf) {
+        const float* src = token_in(v, batch, t, h, N, Np, buf);
+        if (src != buf)
+            for (int64_t j = 0; j < Np; j += W) V::store(buf + j, V::load(src + j));
+    };
+    in(p->r, x.r);
+    in(p->k, x.k);
+    in(p->v, x.v);
+    in(p->dy, x.dy);
+    decay_rows(p->decay_form, token_in(p->w, batch, t, h, N, Np, x.dw), x.decay, x.ddw, Np);
+}
+
+inline void prefetch_tok6(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
+                          bool with_grads) noexcept {
+    prefetch_token6(p, batch, t, h, false); /* w k v */
+    if (with_grads) {
+        prefetch_token(p->r, batch, t, h, p->N);
+        prefetch_token(p->dy, batch, t, h, p->N);
+    }
 }
 
 template <int NV>
 void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noexcept {
     const wkv_problem* p = job->p;
-    const int64_t H = p->H, N = p->N, Np = padded(N);
+    const int64_t H = p->H, N = p->N, Np = padded(N); /* Np = N here */
     const int nv = (int)(Np / W);
     const size_t n2 = (size_t)(Np * Np);
-    const int64_t s = item / H, h = item % H;
+    const int64_t G = job->layout.group, groups = (H + G - 1) / G;
+    const int64_t s = item / groups, h0 = item % groups * G;
+    const int64_t nh = h0 + G < H ? G : H - h0;
     int64_t batch, t0, t1;
     wkv_problem_sequence(p, s, &batch, &t0, &t1);
     const int64_t len = t1 - t0;
+    const int64_t R = job->layout.replay_states, nrec = R + 1; /* records per head */
 
-    float* dS = scratch;
-    float* replay = dS + n2; /* replay_states matrices */
-    float* rows = replay + (size_t)job->layout.replay_states * n2;
-    float* rbuf = rows;
-    float* wbuf = rows + Np;
-    float* kbuf = rows + 2 * Np;
-    float* vbuf = rows + 3 * Np;
-    float* ubuf = rows + 4 * Np;
-    float* decay = rows + 5 * Np;
-    float* ddw = rows + 6 * Np;
-    float* dybuf = rows + 7 * Np;
-    float* dr = rows + 8 * Np;
-    float* dw = rows + 9 * Np;
-    float* dk = rows + 10 * Np;
-    float* dv = rows + 11 * Np;
-    float* dd = rows + 12 * Np;
-    float* du = rows + 13 * Np;
-    float* du_out = job->part + (size_t)item * (size_t)N;
+    float* dSs = scratch;                       /* G states */
+    float* replay = dSs + (size_t)G * n2;       /* R states */
+    float* recs = replay + (size_t)R * n2;      /* G * nrec records */
+    float* urows = recs + (size_t)(G * nrec * kTokRows6 * Np);
+    float* dus = urows + (size_t)(G * Np);
+    const size_t rec_floats = (size_t)(kTokRows6 * Np);
+    auto rec = [&](int64_t j, int64_t u) { return recs + (size_t)(j * nrec + u) * rec_floats; };
+    auto du_out = [&](int64_t j) { return job->part + (size_t)(s * H + h0 + j) * (size_t)N; };
 
-    for (int64_t j = 0; j < Np; j += W) V::store(du + j, V::zero());
     if (len == 0) { /* nothing flows through but the state gradient */
-        for (int64_t j = 0; j < N; ++j) du_out[j] = 0.0f;
-        if (view_present(p->dstate_in)) {
-            state_in_padded(p->dstate_out, s, h, N, Np, dS);
-            state_out_padded(p->dstate_in, s, h, N, Np, dS);
+        for (int64_t j = 0; j < nh; ++j) {
+            for (int64_t i = 0; i < N; ++i) du_out(j)[i] = 0.0f;
+            if (view_present(p->dstate_in)) {
+                state_in_padded(p->dstate_out, s, h0 + j, N, Np, dSs);
+                state_out_padded(p->dstate_in, s, h0 + j, N, Np, dSs);
+            }
         }
         return;
     }
-    const float* u = token_in(p->u, 0, 0, h, N, Np, ubuf);
+    const float* u[kBackwardGroup6];
+    for (int64_t j = 0; j < nh; ++j) {
+        u[j] = token_in(p->u, 0, 0, h0 + j, N, Np, urows + j * Np);
+        for (int64_t i = 0; i < Np; i += W) V::store(dus + j * Np + i, V::zero());
+    }
 
     const int64_t nseg = segment_count(len, K6);
     const int64_t seg0 = job->first_segment(s);
     const bool nt = stream_gradients(p);
-    float* ck = job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)h * (size_t)nseg) * n2;
-
-    /* The m >= 1 tokens from ts on from state `start`: the state after token ts + q into
-     * replay[q] for q < m - 1, and the state after the last token into `last` (when not NULL;
-     * else it is not computed). */
-    auto run_tokens = [&](int64_t ts, int64_t m, const float* start, float* last) {
-        const int64_t steps = last ? m : m - 1;
-        for (int64_t q = 0; q < steps; ++q) {
-            const int64_t t = ts + q;
-            if (q + kPrefetchAhead < steps) prefetch_token6(p, batch, t + kPrefetchAhead, h, false);
-            const float* k = token_in(p->k, batch, t, h, N, Np, kbuf);
-            const float* v = token_in(p->v, batch, t, h, N, Np, vbuf);
-            decay_rows(p->decay_form, token_in(p->w, batch, t, h, N, Np, wbuf), decay, nullptr,
-                       Np);
-            const float* src = q == 0 ? start : replay + (size_t)(q - 1) * n2;
-            float* dst = q == m - 1 ? last : replay + (size_t)q * n2;
-            step6_rows<NV, false>(src, Np, dst, Np, nv, Np, decay, k, v, nullptr, 0.0f, nullptr);
-        }
+    auto ck = [&](int64_t j, int64_t g) {
+        return job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)(h0 + j) * (size_t)nseg + (size_t)g) * n2;
+    };
+    auto prefetch_all = [&](int64_t t, bool grads) {
+        for (int64_t j = 0; j < nh; ++j) prefetch_tok6(p, batch, t, h0 + j, grads);
     };
 
-    /* 1. checkpoints */
-    if (!p->reuse_checkpoints) { /* else the forward saved them (saves6) */
-        state_in_padded(p->state_in, s, h, N, Np, ck);
-        for (int64_t g = 0; g + 1 < nseg; ++g)
-            run_tokens(t0 + g * K6, K6, ck + (size_t)g * n2, ck + (size_t)(g + 1) * n2);
+    /* 1. checkpoints: ck(j, g) = head j's state before token t0 + g K, token-major over the
+     *    group (each head steps in place in replay[j]; nseg > 1 means R = K - 1 >= G) */
+    const int64_t pass = p->reuse_checkpoints ? 0 : nseg; /* reuse: the forward saved them */
+    for (int64_t j = 0; j < nh && pass; ++j) state_in_padded(p->state_in, s, h0 + j, N, Np, ck(j, 0));
+    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1 && pass > 1; ++t) prefetch_all(t, false);
+    for (int64_t g = 0; g + 1 < pass; ++g) {
+        for (int64_t q = 0; q < K6; ++q) {
+            const int64_t t = t0 + g * K6 + q;
+            if (t + kPrefetchAhead < t1) prefetch_all(t + kPrefetchAhead, false);
+            for (int64_t j = 0; j < nh; ++j) {
+                const Tok6 x = record6(rec(0, 0), Np); /* its rows as buffers */
+                const int64_t h = h0 + j;
+                const float* k = token_in(p->k, batch, t, h, N, Np, x.k);
+                const float* v = token_in(p->v, batch, t, h, N, Np, x.v);
+                decay_rows(p->decay_form, token_in(p->w, batch, t, h, N, Np, x.dw), x.decay,
+                           nullptr, Np);
+                const float* src = q == 0 ? ck(j, g) : replay + (size_t)j * n2;
+                float* dst = q + 1 == K6 ? ck(j, g + 1) : replay + (size_t)j * n2;
+                step6_rows<NV, false>(src, Np, dst, Np, nv, Np, x.decay, k, v, nullptr, 0.0f,
+                                      nullptr);
+            }
+        }
     }
 
-    /* 2. segments in reverse: replay, then sweep backward */
-    state_in_padded(p->dstate_out, s, h, N, Np, dS);
+    /* 2. segments in reverse: the group's records (token-major), then per head replay and
+     *    sweep backward, then the gradients (token-major) */
+    for (int64_t j = 0; j < nh; ++j)
+        state_in_padded(p->dstate_out, s, h0 + j, N, Np, dSs + (size_t)j * n2);
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = t0 + g * K6;
         const int64_t m = t1 - ts < K6 ? t1 - ts : K6;
-        const float* start = ck + (size_t)g * n2;
-        run_tokens(ts, m, start, nullptr);
-        for (int64_t q = m - 1; q >= 0; --q) {
+        for (int64_t t = ts; t < ts + kPrefetchAhead && t < ts + m; ++t) prefetch_all(t, true);
+        for (int64_t q = 0; q < m; ++q) {
+            if (q + kPrefetchAhead < m) prefetch_all(ts + q + kPrefetchAhead, true);
+            for (int64_t j = 0; j < nh; ++j) load_tok6(p, batch, ts + q, h0 + j, Np, rec(j, q));
+        }
+        for (int64_t j = 0; j < nh; ++j) {
+            const float* start = ck(j, g);
+            float* dS = dSs + (size_t)j * n2;
+            float* du = dus + j * Np;
+            for (int64_t q = 0; q + 1 < m; ++q) { /* the states after tokens ts .. ts + m - 2 */
+                const Tok6 x = record6(rec(j, q), Np);
+                step6_rows<NV, false>(q == 0 ? start : replay + (size_t)(q - 1) * n2, Np,
+                                      replay + (size_t)q * n2, Np, nv, Np, x.decay, x.k, x.v,
+                                      nullptr, 0.0f, nullptr);
+            }
+            for (int64_t q = m - 1; q >= 0; --q) {
+                const Tok6 x = record6(rec(j, q), Np);
+                const float* Sp = q == 0 ? start : replay + (size_t)(q - 1) * n2; /* S_{t-1} */
+                float dyv_out[4];
+                {
+                    T acc = V::zero();
+                    for (int64_t i = 0; i < Np; i += W)
+                        acc = V::fma(V::load(x.dy + i), V::load(x.v + i), acc);
+                    V::q_storeu(dyv_out, V::hsum4(acc, V::zero(), V::zero(), V::zero()));
+                }
+                const float dyv = dyv_out[0];
+                const float ruk = dot3(x.r, u[j], x.k, Np);
+                /* dd into the dw row (its w is spent), then dw = dd ddw in place */
+                backward6_rows<NV>(dS, Sp, nv, Np, x.r, x.k, x.v, x.decay, x.dy, x.dr, x.dk,
+                                   x.dv, x.dw);
+                const T dyvv = V::set1(dyv), rukv = V::set1(ruk);
+                for (int64_t i = 0; i < Np; i += W) {
+                    const T uj = V::load(u[j] + i), kj = V::load(x.k + i), rj = V::load(x.r + i);
+                    const T ud = V::mul(uj, dyvv);
+                    V::store(x.dr + i, V::fma(kj, ud, V::load(x.dr + i)));
+                    V::store(x.dk + i, V::fma(rj, ud, V::load(x.dk + i)));
+                    V::store(du + i, V::fma(V::mul(rj, kj), dyvv, V::load(du + i)));
+                    V::store(x.dv + i, V::fma(V::load(x.dy + i), rukv, V::load(x.dv + i)));
+                    V::store(x.dw + i, V::mul(V::load(x.dw + i), V::load(x.ddw + i)));
+                }
+            }
+        }
+        for (int64_t q = 0; q < m; ++q) {
             const int64_t t = ts + q;
-            if (q >= kPrefetchAhead) {
-                prefetch_token6(p, batch, t - kPrefetchAhead, h, false);
-                prefetch_token(p->r, batch, t - kPrefetchAhead, h, N);
-                prefetch_token(p->dy, batch, t - kPrefetchAhead, h, N);
+            for (int64_t j = 0; j < nh; ++j) {
+                const Tok6 x = record6(rec(j, q), Np);
+                const int64_t h = h0 + j;
+                token_grad_out(nt, p->dr, batch, t, h, N, x.dr);
+                token_grad_out(nt, p->dw, batch, t, h, N, x.dw);
+                token_grad_out(nt, p->dk, batch, t, h, N, x.dk);
+                token_grad_out(nt, p->dv, batch, t, h, N, x.dv);
             }
-            const float* Sp = q == 0 ? start : replay + (size_t)(q - 1) * n2; /* S_{t-1} */
-            const float* r = token_in(p->r, batch, t, h, N, Np, rbuf);
-            const float* k = token_in(p->k, batch, t, h, N, Np, kbuf);
-            const float* v = token_in(p->v, batch, t, h, N, Np, vbuf);
-            const float* dy = token_in(p->dy, batch, t, h, N, Np, dybuf);
-            decay_rows(p->decay_form, token_in(p->w, batch, t, h, N, Np, wbuf), decay, ddw, Np);
-            float dyv_out[4];
-            {
-                T acc = V::zero();
-                for (int64_t j = 0; j < Np; j += W)
-                    acc = V::fma(V::load(dy + j), V::load(v + j), acc);
-                V::q_storeu(dyv_out, V::hsum4(acc, V::zero(), V::zero(), V::zero()));
-            }
-            const float dyv = dyv_out[0];
-            const float ruk = dot3(r, u, k, Np);
-            backward6_rows<NV>(dS, Sp, nv, Np, r, k, v, decay, dy, dr, dk, dv, dd);
-            const T dyvv = V::set1(dyv), rukv = V::set1(ruk);
-            for (int64_t j = 0; j < Np; j += W) {
-                const T uj = V::load(u + j), kj = V::load(k + j), rj = V::load(r + j);
-                const T ud = V::mul(uj, dyvv);
-                V::store(dr + j, V::fma(kj, ud, V::load(dr + j)));
-                V::store(dk + j, V::fma(rj, ud, V::load(dk + j)));
-                V::store(du + j, V::fma(V::mul(rj, kj), dyvv, V::load(du + j)));
-                V::store(dv + j, V::fma(V::load(dy + j), rukv, V::load(dv + j)));
-                V::store(dw + j, V::mul(V::load(dd + j), V::load(ddw + j)));
-            }
-            token_grad_out(nt, p->dr, batch, t, h, N, dr);
-            token_grad_out(nt, p->dw, batch, t, h, N, dw);
-            token_grad_out(nt, p->dk, batch, t, h, N, dk);
-            token_grad_out(nt, p->dv, batch, t, h, N, dv);
         }
     }
 
     /* 3. */
-    state_out_padded(p->dstate_in, s, h, N, Np, dS);
-    for (int64_t j = 0; j < N; ++j) du_out[j] = du[j];
+    for (int64_t j = 0; j < nh; ++j) {
+        state_out_padded(p->dstate_in, s, h0 + j, N, Np, dSs + (size_t)j * n2);
+        for (int64_t i = 0; i < N; ++i) du_out(j)[i] = dus[j * Np + i];
+    }
     V::stream_fence(); /* the gradients' non-temporal stores, before the item counts as done */
 }
 
@@ -408,6 +498,7 @@ inline void install_rwkv6(OpDesc* op) noexcept {
     op->forward_group = forward_group6;
     op->forward_chunk_floats = forward_chunk_floats6;
     op->forward_item = forward_item6;
+    op->backward_group = backward_group6;
     op->backward_sizes = backward_sizes6;
     op->backward_item = backward_item6;
     op->saves = saves6;

@@ -482,11 +482,7 @@ inline void apply_pending7(float* dS, int64_t Np, const Tok7& x) noexcept {
 }
 
 int64_t backward_group7(const wkv_problem* p, int64_t threads) {
-    const int64_t seqs = p->num_seqs > 0 ? p->num_seqs : 1;
-    const int64_t per_seq = (threads + seqs - 1) / seqs;
-    const int64_t want = per_seq > 1 ? (p->H + per_seq - 1) / per_seq : p->H;
-    const int64_t g = want < kBackwardGroup ? want : kBackwardGroup;
-    return g < 1 ? 1 : g;
+    return backward_head_group(p, threads, kBackwardGroup);
 }
 
 BackwardSizes backward_sizes7(const wkv_problem* p, const BackwardShape& shape, CheckedSize& c) {

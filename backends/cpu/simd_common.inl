@@ -360,3 +360,13 @@ inline int64_t head_group(const wkv_problem* p, int64_t threads) noexcept {
     if (g > kMaxGroup) g = kMaxGroup;
     return g < 1 ? 1 : g;
 }
+
+/* The heads of a backward item (RWKV-7, RWKV-6): up to `most`, but enough items for every
+ * thread (ceil(H / ceil(threads / num_seqs)) when that is smaller). */
+inline int64_t backward_head_group(const wkv_problem* p, int64_t threads, int64_t most) noexcept {
+    const int64_t seqs = p->num_seqs > 0 ? p->num_seqs : 1;
+    const int64_t per_seq = (threads + seqs - 1) / seqs;
+    const int64_t want = per_seq > 1 ? (p->H + per_seq - 1) / per_seq : p->H;
+    const int64_t g = want < most ? want : most;
+    return g < 1 ? 1 : g;
+}
