@@ -2,7 +2,8 @@
  * "Chunked backward: design", step by step the float64 spec design/rwkv7_chunk_bwd.py (same
  * names: W, Aab, Arb, U, dU, dX, dM, ...). CLAMPW, N = 64, unpacked sequences
  * (rwkv7_use_chunked_bwd in cuda_backend.cpp). B3's matrix products run on tensor cores (TF32,
- * 3xTF32 where a tensor is float32; NOTES v21), everything else in fp32 on CUDA cores.
+ * 3xTF32 where a tensor is float32; NOTES v21), everything else in fp32 on CUDA cores; each
+ * warp's gradient tiles leave through a warp-private shared-memory tile as whole rows (NOTES v25).
  *
  * The workspace (rwkv7_chunk_bwd_ws_bytes, the caller's backward workspace) holds the chunked
  * forward's per-chunk area (rwkv7_chunk.cuh's ChunkWs) followed by one N x N matrix per chunk
@@ -264,9 +265,65 @@ struct LocalSmem {
         SE = DLW + C * N, DS = SE + N * SS,  /* S_e, then dS_x o gamma (per column) [N][SS] */
         M = DS + N * SS,                     /* AabT, AakT, ArbT, ArkT, Aab: 5 x [C][CT]; then dM */
         DG = M + 5 * C * CT, DGP = DG + C * N, /* the log-decay gradient's G and Gp terms */
-        GM = DGP + C * N, DGAM = GM + N, RED = DGAM + N, FLOATS = RED + 2 * N;
-    static_assert(TOK % 4 == 0 && (SE % 4) == 0 && (M % 4) == 0 && (CT % 4) == 0, "float4 alignment");
+        GM = DGP + C * N, DGAM = GM + N, RED = DGAM + N, DGQ = RED + 2 * N, /* dgam's 4 partial sums [4][N] */
+        ST = DGQ + 4 * N,                    /* a 16 x 16 staging tile per warp (stage_out) */
+        FLOATS = ST + (kLocalThreads / 32) * 256;
+    static_assert(TOK % 4 == 0 && (SE % 4) == 0 && (M % 4) == 0 && (CT % 4) == 0 && (ST % 4) == 0, "float4 alignment");
 };
+
+/* Whether a gradient's rows take one vector store per 4 adjacent columns: unit column stride, and
+ * every row's column 4 c of this (sequence, head) at an element offset that is a multiple of 4
+ * from a base aligned to 4 elements (16-bit: 8 bytes, float32: 16 bytes). */
+__device__ __forceinline__ bool quads_ok(const DevView& v, int64_t bo) {
+    const uintptr_t align = v.elem == 0 ? 15 : 7;
+    return v.s[3] == 1 && (reinterpret_cast<uintptr_t>(v.data) & align) == 0 && (bo & 3) == 0 && (v.s[1] & 3) == 0;
+}
+
+/* The warp's 16 x 16 result tile (fragments acc[n][e]: row g + 8 (e / 2), column 8 n + 2 q + e % 2)
+ * to rows tr .. tr + 15 (those below T), columns n0 .. n0 + 15 of a gradient, through the warp's
+ * own staging tile: fragments in as float2, __syncwarp, rows out as float4 per lane, so each
+ * quarter warp writes two whole 16-column rows (32 contiguous bytes each where 16-bit: full
+ * sectors, where the fragments' element stores used ~9 of 32 bytes). No block barrier: the other
+ * warps' products go on meanwhile. The tile's rows are 16 floats with the column halves swapped
+ * on rows with bit 1 set, so both the fragment writes (rows g, 16 lanes a phase) and the row
+ * reads (2 rows per 8 lanes) hit 32 distinct banks. */
+__device__ __forceinline__ void stage_out(float* st, const float (&acc)[2][4], const DevView& v, int64_t bo, int64_t tr,
+                                          int n0, int64_t T) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int sw = (g & 2) << 2; /* rows g and g + 8 share bit 1 */
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<float2*>(st + (g + 8 * h) * 16 + ((8 * n + 2 * q) ^ sw)) =
+                make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+    __syncwarp();
+    const bool quads = quads_ok(v, bo);
+#pragma unroll
+    for (int it = 0; it < 2; ++it) {
+        const int r = g + 8 * it, c = 4 * q;
+        const float4 x = *reinterpret_cast<const float4*>(st + r * 16 + (c ^ ((r & 2) << 2)));
+        const int64_t t = tr + r;
+        if (t >= T) continue;
+        const int64_t off = bo + t * v.s[1] + (int64_t)(n0 + c) * v.s[3];
+        if (quads && v.elem == 0) {
+            *reinterpret_cast<float4*>(reinterpret_cast<float*>(v.data) + off) = x;
+        } else if (quads) {
+            const bool hf = v.elem == 1;
+            const unsigned lo = hf ? __half_as_ushort(__float2half_rn(x.x)) | ((unsigned)__half_as_ushort(__float2half_rn(x.y)) << 16)
+                                   : __bfloat16_as_ushort(__float2bfloat16_rn(x.x)) | ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(x.y)) << 16);
+            const unsigned hi = hf ? __half_as_ushort(__float2half_rn(x.z)) | ((unsigned)__half_as_ushort(__float2half_rn(x.w)) << 16)
+                                   : __bfloat16_as_ushort(__float2bfloat16_rn(x.z)) | ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(x.w)) << 16);
+            *reinterpret_cast<uint2*>(reinterpret_cast<unsigned short*>(v.data) + off) = make_uint2(lo, hi);
+        } else {
+            elem::store(v, off, x.x);
+            elem::store(v, off + v.s[3], x.y);
+            elem::store(v, off + 2 * v.s[3], x.z);
+            elem::store(v, off + 3 * v.s[3], x.w);
+        }
+    }
+    __syncwarp(); /* the tile is read before the warp's next stage_out writes it */
+}
 
 template <int P>
 __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(const __grid_constant__ Rwkv7ChunkBwdParams p) {
@@ -285,6 +342,8 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     const float *AabT = sM, *AabN = sM + 4 * C * CT;
     float *dArb = sM, *dArk = sM + C * CT, *dAab = sM + 2 * C * CT, *dAak = sM + 3 * C * CT;
     float *sDG = sm + SM::DG, *sDGP = sm + SM::DGP, *sGam = sm + SM::GM, *sDgam = sm + SM::DGAM, *sRed = sm + SM::RED;
+    float* sDgq = sm + SM::DGQ;
+    float* sSt = sm + SM::ST + (threadIdx.x >> 5) * 256; /* the warp's staging tile */
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int64_t c = blockIdx.x % p.nc, sh = blockIdx.x / p.nc;
@@ -350,7 +409,8 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     __syncthreads();
 
     /* Aab, Aak (s < t), Arb, Ark (s <= t), transposed, and Aab as is. Warp: the 16 rows m0 of
-     * X Y^T, X = Ae | Re, Y = Bi | Ki (matrix mi = 2 x + y). Also dS_x o gamma, in place. */
+     * X Y^T, X = Ae | Re, Y = Bi | Ki (matrix mi = 2 x + y). Also dS_x o gamma in place, and
+     * dgam's column sums as 4 partials per column (all 256 threads, not 64 down whole columns). */
     {
         const int x = (warp >> 1) & 1, y = warp >> 2, mi = 2 * x + y;
         float acc[4][4];
@@ -365,7 +425,16 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
                 sM[mi * C * CT + sj * CT + t] = val;
                 if (mi == 0) sM[4 * C * CT + t * CT + sj] = val;
             }
-        for (int e = tid; e < N * N; e += NT) sDS[(e / N) * SS + e % N] *= sGam[e % N];
+        const int j = tid % N; /* column j, rows tid / N + 4 m */
+        const float gam = sGam[j];
+        float part = 0.0f;
+#pragma unroll 4
+        for (int i = tid / N; i < N; i += NT / N) {
+            const float dsg = sDS[i * SS + j] * gam;
+            part = fmaf(sSe[i * SS + j], dsg, part);
+            sDS[i * SS + j] = dsg;
+        }
+        sDgq[tid] = part;
     }
     __syncthreads();
 
@@ -391,9 +460,9 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     }
     __syncthreads();
 
-    /* three independent column walks: U = (I - Aab)^-1 U0 (forward substitution), dX = (I -
-     * Aab)^-T dU (back substitution, last token first), dgam gamma = column sums of S_e o
-     * (dS_x o gamma) */
+    /* two independent column walks: U = (I - Aab)^-1 U0 (forward substitution), dX = (I -
+     * Aab)^-T dU (back substitution, last token first); and dgam gamma = column sums of S_e o
+     * (dS_x o gamma) from the partial sums */
     if (tid < N) {
         const int i = tid;
         float xv[C];
@@ -414,28 +483,18 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
         for (int t = 0; t < C; ++t) sDX[t * TS + i] = xv[t];
     } else if (tid < 3 * N) {
         const int j = tid - 2 * N;
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int i = 0; i < N; ++i) acc = fmaf(sSe[i * SS + j], sDS[i * SS + j], acc);
-        sDgam[j] = acc;
+        sDgam[j] = (sDgq[j] + sDgq[N + j]) + (sDgq[2 * N + j] + sDgq[3 * N + j]);
     }
     __syncthreads();
 
-    /* dv = Ark^T dY + Aak^T dX + Kh dS_x^T (value column i), out of the fragments */
+    /* dv = Ark^T dY + Aak^T dX + Kh dS_x^T (value column i) */
     {
         float acc[2][4];
         zero(acc);
         mma_acc<P>(acc, ArkT + m0 * CT, CT, 1, sDY + n0, TS, 1, m0, C);
         mma_acc<P>(acc, AakT + m0 * CT, CT, 1, sDX + n0, TS, 1, m0, C);
         mma_acc<P>(acc, sKi + m0 * TS, TS, 1, sDS + n0 * SS, 1, SS, 0, N);
-        const int64_t bo = s * p.dv.s[0] + h * p.dv.s[2];
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int64_t t = t0 + m0 + g + 8 * (e >> 1), i = n0 + 8 * n + 2 * q + (e & 1);
-                elem::store_if(p.dv, bo + min64(t, p.T - 1) * p.dv.s[1] + i * p.dv.s[3], acc[n][e], t < p.T);
-            }
+        stage_out(sSt, acc, p.dv, s * p.dv.s[0] + h * p.dv.s[2], t0 + m0, n0, p.T);
     }
     __syncthreads(); /* the forward matrices are done: dM goes over them */
 
@@ -472,21 +531,19 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
             mma_acc<P>(aa, sDX + m0 * TS, TS, 1, sSe + n0, SS, 1, 0, N);
             mma_acc<P>(aa, dAab + m0 * CT, CT, 1, sBi + n0, TS, 1, 0, m0 + 16);
             mma_acc<P>(aa, dAak + m0 * CT, CT, 1, sKi + n0, TS, 1, 0, m0 + 16);
-            const int64_t bo_r = s * p.dr.s[0] + h * p.dr.s[2], bo_a = s * p.da.s[0] + h * p.da.s[2];
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
                     const float G = sG[t * N + j], Gp = t > 0 ? sG[(t - 1) * N + j] : 0.0f;
-                    const float dr = expf(G) * ar[n][e], da = expf(Gp) * aa[n][e];
-                    dGt[n][e] = sR[t * TS + j] * dr;
-                    dGp[n][e] = sA[t * TS + j] * da;
-                    const int64_t tt = min64(t0 + t, p.T - 1);
-                    const bool en = t0 + t < p.T;
-                    elem::store_if(p.dr, bo_r + tt * p.dr.s[1] + (int64_t)j * p.dr.s[3], dr, en);
-                    elem::store_if(p.da, bo_a + tt * p.da.s[1] + (int64_t)j * p.da.s[3], da, en);
+                    ar[n][e] *= expf(G); /* dr */
+                    aa[n][e] *= expf(Gp); /* da */
+                    dGt[n][e] = sR[t * TS + j] * ar[n][e];
+                    dGp[n][e] = sA[t * TS + j] * aa[n][e];
                 }
+            stage_out(sSt, ar, p.dr, s * p.dr.s[0] + h * p.dr.s[2], t0 + m0, n0, p.T);
+            stage_out(sSt, aa, p.da, s * p.da.s[0] + h * p.da.s[2], t0 + m0, n0, p.T);
         }
         {
             float ab[2][4], ak[2][4];
@@ -512,22 +569,20 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
             mma_acc<P>(ab, dAab + m0, 1, CT, sAe + n0, TS, 1, m0, C);
             mma_acc<P>(ak, dArk + m0, 1, CT, sRe + n0, TS, 1, m0, C);
             mma_acc<P>(ak, dAak + m0, 1, CT, sAe + n0, TS, 1, m0, C);
-            const int64_t bo_b = s * p.db.s[0] + h * p.db.s[2], bo_k = s * p.dk.s[0] + h * p.dk.s[2];
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
                     const float eni = expf(-sG[t * N + j]);
-                    const float db = eni * ab[n][e], dk = eni * ak[n][e];
-                    dGt[n][e] -= sB[t * TS + j] * db + sK[t * TS + j] * dk;
-                    const int64_t tt = min64(t0 + t, p.T - 1);
-                    const bool en = t0 + t < p.T;
-                    elem::store_if(p.db, bo_b + tt * p.db.s[1] + (int64_t)j * p.db.s[3], db, en);
-                    elem::store_if(p.dk, bo_k + tt * p.dk.s[1] + (int64_t)j * p.dk.s[3], dk, en);
+                    ab[n][e] *= eni; /* db */
+                    ak[n][e] *= eni; /* dk */
+                    dGt[n][e] -= sB[t * TS + j] * ab[n][e] + sK[t * TS + j] * ak[n][e];
                     sDG[t * N + j] = dGt[n][e];
                     sDGP[t * N + j] = dGp[n][e];
                 }
+            stage_out(sSt, ab, p.db, s * p.db.s[0] + h * p.db.s[2], t0 + m0, n0, p.T);
+            stage_out(sSt, ak, p.dk, s * p.dk.s[0] + h * p.dk.s[2], t0 + m0, n0, p.T);
         }
     }
     __syncthreads();
