@@ -30,7 +30,7 @@
  * staging and the y stores are done by N extra producer threads (rwkv7_forward_ws_kernel),
  * the compute threads only walk the tokens. Decode kernel (unpacked T = 1): the same step for
  * one token, token and state loads issued together, one barrier; with one row per thread a
- * head's rows are split over up to 4 blocks (decode_layout). Both share row_step, and
+ * head's rows are split over up to 8 blocks (decode_layout). Both run row_step's arithmetic, and
  * every row's arithmetic depends only on L, so results do not depend on the kernel, B or T
  * (details at the forward kernels). The state is read once at the start and written once at
  * the end, so state_out may be state_in. No workspace, unless the forward saves the
@@ -356,21 +356,21 @@ struct DecodeDense {
  * together, one barrier. SP > 1 (small batch, see decode_layout): a head's rows are split over
  * SP blocks (block (head, part) = (blockIdx.x / SP, blockIdx.x % SP) owns rows part N / SP ..;
  * rows are independent), each staging the head's whole token vectors itself, so SP times the
- * SMs move the state and a block's barrier spans N / SP rows; every row's arithmetic is the
- * same, so the bits are. */
-template <int N, int R, int SP>
+ * SMs move the state and a block's barrier spans N / SP rows. P lanes per row: 2, or 4 (N = 64
+ * at the smallest batches: a block is one warp of 8 rows at SP = 8). Every row's arithmetic is
+ * the same (row_dot: P = 4 adds in P = 2's order), so the bits are. */
+template <int N, int R, int SP, int P = FwdLanes<N>::P>
 struct DecodeShape {
-    static constexpr int NT = RowTile<N, R>::NT / SP; /* threads of a block */
-    static constexpr int SC = N > NT ? N / NT : 1;    /* columns a thread stages */
+    static constexpr int NT = (N / R) * P / SP;    /* threads of a block */
+    static constexpr int SC = N > NT ? N / NT : 1; /* columns a thread stages */
     static_assert(NT >= 32 && (N % NT == 0 || NT % N == 0), "decode split");
 };
 
-template <int N, int R, int SP, class Acc>
+template <int N, int R, int SP, int P, class Acc>
 __device__ __forceinline__ void decode_body(const Acc& acc) {
-    using RT = RowTile<N, R>;
-    using T = typename RT::StateTile;
-    constexpr int P = RT::P, C = RT::C, G = RT::G;
-    constexpr int NT = DecodeShape<N, R, SP>::NT, SC = DecodeShape<N, R, SP>::SC;
+    using T = Tile<N, R, P>;
+    constexpr int C = T::C, G = T::G;
+    constexpr int NT = DecodeShape<N, R, SP, P>::NT, SC = DecodeShape<N, R, SP, P>::SC;
     __shared__ __align__(16) float s_tok[F_NUM][N];
     const int tid = threadIdx.x;
     const int rg = (int)(blockIdx.x % SP) * (NT / P) + tid / P, q = tid % P; /* rg: the head's row group */
@@ -381,6 +381,8 @@ __device__ __forceinline__ void decode_body(const Acc& acc) {
     for (int c = 0; c < SC; ++c)
 #pragma unroll
         for (int f = 0; f < F_NUM; ++f) x[c][f] = acc.tok(f, SC > 1 ? tid + c * NT : tid % N);
+    float4 a4[G], k4[G], b4[G], r4[G], d4[G];
+    float v[R];
     float S[R][C];
     acc.template load_state<T>(rg, q, S);
     if (float* ck = acc.ckpt()) store_row_slices<N, R, P, G>(ck, S, rg, q); /* the state before the token */
@@ -394,10 +396,22 @@ __device__ __forceinline__ void decode_body(const Acc& acc) {
             for (int f = 0; f < F_NUM; ++f) s_tok[f][sj] = x[c][f];
         }
     }
-    __syncthreads();
-    const float* const tok[F_NUM] = {s_tok[F_R], s_tok[F_D], s_tok[F_K], s_tok[F_V], s_tok[F_A], s_tok[F_B]};
+    /* a one-warp block needs only the warp's barrier (its memory ordering included) */
+    if constexpr (NT == 32) __syncwarp();
+    else __syncthreads();
+    /* row_step's loads and arithmetic, the decay read last (as measured, NOTES v24) */
+    lds_groups<P, G>(s_tok[F_A], q, a4);
+    lds_groups<P, G>(s_tok[F_K], q, k4);
+    lds_groups<P, G>(s_tok[F_B], q, b4);
+    lds_groups<P, G>(s_tok[F_R], q, r4);
+    lds_r<R>(s_tok[F_V] + rg * R, v);
+    lds_groups<P, G>(s_tok[F_D], q, d4);
     float y[R];
-    row_step<R, P, G>(S, tok, rg, q, y);
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+        row_update<P, G>(S[rr], v[rr], a4, d4, k4, b4);
+        y[rr] = row_dot<P, G>(S[rr], r4);
+    }
     if (acc.has_y() && q == 0) {
 #pragma unroll
         for (int rr = 0; rr < R; ++rr) acc.store_y(rg * R + rr, y[rr]);
@@ -405,16 +419,16 @@ __device__ __forceinline__ void decode_body(const Acc& acc) {
     acc.template store_state<T>(rg, q, S);
 }
 
-template <int N, int R, int SP>
-__global__ void __launch_bounds__(DecodeShape<N, R, SP>::NT)
+template <int N, int R, int SP, int P>
+__global__ void __launch_bounds__(DecodeShape<N, R, SP, P>::NT)
     rwkv7_decode_kernel(const __grid_constant__ Rwkv7DecodeParams p) {
-    decode_body<N, R, SP>(DecodeViews<N>(p, blockIdx.x / SP));
+    decode_body<N, R, SP, P>(DecodeViews<N>(p, blockIdx.x / SP));
 }
 
-template <int N, int R, int SP, int E>
-__global__ void __launch_bounds__(DecodeShape<N, R, SP>::NT)
+template <int N, int R, int SP, int P, int E>
+__global__ void __launch_bounds__(DecodeShape<N, R, SP, P>::NT)
     rwkv7_decode_dense_kernel(const __grid_constant__ Rwkv7DecodeDense p) {
-    decode_body<N, R, SP>(DecodeDense<N, E>(p, blockIdx.x / SP));
+    decode_body<N, R, SP, P>(DecodeDense<N, E>(p, blockIdx.x / SP));
 }
 
 /* The decode kernel's layout, chosen here only: R rows per thread, a head's rows over SP
@@ -426,23 +440,28 @@ __global__ void __launch_bounds__(DecodeShape<N, R, SP>::NT)
  *    per SM, halved beyond. Measured (H100, N = 64, H = 32, NOTES v22): SP = 4 was the fastest
  *    at every R = 1 batch, B = 1 to 8 (8: 1024 blocks of one warp on 132 SMs): B = 1 3.09 ->
  *    2.89 us, B = 4 3.55 -> 3.18, B = 8 4.20 -> 4.03 in a one-kernel graph; SP = 2 in between.
- * WKV_CUDA_RWKV7_ROWS (1 or 2) and WKV_CUDA_RWKV7_SPLIT (1, 2 or 4; capped for N) override
- * them, for tests and measurements. */
+ *  - P (lanes per row): 4 at N = 64 while B H SP stays within 4 blocks per SM at SP = 8 (one
+ *    warp of 8 rows per block), else 2. Measured (NOTES v24): B = 1 f32 2.83 -> 2.71 us, B = 2
+ *    2.98 -> 2.88, a graph of 100 B = 1 calls 2.08 -> 1.88 us per call; but B = 4 3.22 -> 3.5
+ *    and B = 8 4.06 -> 4.26 (each of the 8 blocks stages the whole token vectors: twice SP =
+ *    4's token loads, and the 4-lane sums take 5 shuffles instead of 1).
+ * WKV_CUDA_RWKV7_ROWS (1 or 2) and WKV_CUDA_RWKV7_SPLIT (1, 2, 4 or 8; capped for N, 8 meaning
+ * P = 4 at N = 64) override them, for tests and measurements. */
 struct DecodeLayout {
-    int rows, split;
+    int rows, split, lanes;
 };
 
-int env_choice(const char* name, int a, int b, int c) {
+int env_choice(const char* name, int a, int b, int c, int d) {
     const char* e = std::getenv(name);
     const int x = e ? std::atoi(e) : 0;
-    return x == a || x == b || x == c ? x : 0;
+    return x == a || x == b || x == c || x == d ? x : 0;
 }
 
 DecodeLayout decode_layout(int N, int64_t blocks, int sms) {
-    static const int forced_rows = env_choice("WKV_CUDA_RWKV7_ROWS", 1, 2, 1);
-    static const int forced_split = env_choice("WKV_CUDA_RWKV7_SPLIT", 1, 2, 4);
+    static const int forced_rows = env_choice("WKV_CUDA_RWKV7_ROWS", 1, 2, 2, 2);
+    static const int forced_split = env_choice("WKV_CUDA_RWKV7_SPLIT", 1, 2, 4, 8);
     const int64_t sm = sms > 0 ? sms : 1;
-    DecodeLayout l{1, 1};
+    DecodeLayout l{1, 1, FwdLanes<64>::P};
     if (N == 128) l.rows = 1; /* R = 2: 128 state registers per thread */
     else if (forced_rows) l.rows = forced_rows;
     else l.rows = blocks * (N / 2) * FwdLanes<64>::P / 32 >= 4 * sm ? 2 : 1;
@@ -452,6 +471,7 @@ DecodeLayout decode_layout(int N, int64_t blocks, int sms) {
         else
             while (l.split > 1 && blocks * l.split > 8 * sm) l.split /= 2;
     }
+    if (N == 64 && l.rows == 1 && (forced_split ? forced_split == 8 : blocks * 8 <= 4 * sm)) l.split = 8, l.lanes = 4;
     return l;
 }
 
@@ -492,17 +512,17 @@ bool decode_dense(const Rwkv7FwdParams& p, int N, Rwkv7DecodeDense* d, int* elem
 /* The dense form only with one row per thread (small and medium batch, where the prologue is
  * the time); two rows per thread (large batch) is bandwidth-bound and the dense form measured
  * slower there (B = 256 f32 104.7 against 103.6 us, NOTES v19), so it keeps the general form. */
-template <int N, int R, int SP>
+template <int N, int R, int SP, int P = FwdLanes<N>::P>
 void launch_decode(const Rwkv7FwdParams& p, unsigned nb, cudaStream_t stream) {
-    constexpr int NT = DecodeShape<N, R, SP>::NT;
+    constexpr int NT = DecodeShape<N, R, SP, P>::NT;
     const unsigned grid = nb * SP;
     if constexpr (R == 1) {
         Rwkv7DecodeDense dd;
         int elem = 0;
         if (decode_dense(p, N, &dd, &elem)) {
-            if (elem == 0) rwkv7_decode_dense_kernel<N, R, SP, 0><<<grid, NT, 0, stream>>>(dd);
-            else if (elem == 1) rwkv7_decode_dense_kernel<N, R, SP, 1><<<grid, NT, 0, stream>>>(dd);
-            else rwkv7_decode_dense_kernel<N, R, SP, 2><<<grid, NT, 0, stream>>>(dd);
+            if (elem == 0) rwkv7_decode_dense_kernel<N, R, SP, P, 0><<<grid, NT, 0, stream>>>(dd);
+            else if (elem == 1) rwkv7_decode_dense_kernel<N, R, SP, P, 1><<<grid, NT, 0, stream>>>(dd);
+            else rwkv7_decode_dense_kernel<N, R, SP, P, 2><<<grid, NT, 0, stream>>>(dd);
             return;
         }
     }
@@ -510,7 +530,7 @@ void launch_decode(const Rwkv7FwdParams& p, unsigned nb, cudaStream_t stream) {
     d.x[F_R] = p.r, d.x[F_D] = p.w, d.x[F_K] = p.k, d.x[F_V] = p.v, d.x[F_A] = p.a, d.x[F_B] = p.b;
     d.y = p.y, d.state_in = p.state_in, d.state_out = p.state_out;
     d.ckpt = p.ckpt, d.first = p.seq.first, d.H = p.H, d.form = p.form;
-    rwkv7_decode_kernel<N, R, SP><<<grid, NT, 0, stream>>>(d);
+    rwkv7_decode_kernel<N, R, SP, P><<<grid, NT, 0, stream>>>(d);
 }
 
 template <int N>
@@ -524,6 +544,8 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
     const DecodeLayout l = decode_layout(N, blocks, sms);
     if (l.rows == 2) {
         if constexpr (N != 128) launch_decode<N, 2, 1>(p, nb, stream);
+    } else if (l.lanes == 4) {
+        if constexpr (N == 64) launch_decode<N, 1, 8, 4>(p, nb, stream);
     } else if (l.split == 4) {
         if constexpr (N != 32) launch_decode<N, 1, 4>(p, nb, stream);
     } else if (l.split == 2) launch_decode<N, 1, 2>(p, nb, stream);

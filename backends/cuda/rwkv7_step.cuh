@@ -304,21 +304,43 @@ struct RowTile {
 
 enum { F_R = 0, F_D, F_K, F_V, F_A, F_B, F_NUM };
 
-/* x . y over the thread's 4 G columns (8 independent chains), then over the P lanes. */
+/* x . y over the thread's 4 G columns (8 independent chains), then over the P lanes.
+ * P = 4 (the decode kernel's one-warp blocks, decode_layout) adds the same numbers in the same
+ * order as P = 2: P = 2 lane q holds float4 groups 2 g + q and its acc[0..3] chain the even g,
+ * acc[4..7] the odd; P = 4 lane q + 2 h holds groups 4 m + q + 2 h = 2 (2 m + h) + q, exactly
+ * P = 2 lane q's groups of parity h, so its 4 chains are that lane's acc[4 h..] and one 4-float
+ * exchange with lane ^ 2 completes the same expression (a + b = b + a bit for bit). */
 template <int P, int G>
 __device__ __forceinline__ float row_dot(const float (&x)[4 * G], const float4 (&y4)[G]) {
-    float acc[8];
+    static_assert(P == 2 || P == 4, "row_dot: the sum's order is defined for P = 2 (and its P = 4 split)");
+    if constexpr (P == 4) {
+        float acc[4], o[4];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[e] = 0.0f;
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-        const int c = (g & 1) * 4;
-        acc[c + 0] = fmaf(x[4 * g + 0], y4[g].x, acc[c + 0]);
-        acc[c + 1] = fmaf(x[4 * g + 1], y4[g].y, acc[c + 1]);
-        acc[c + 2] = fmaf(x[4 * g + 2], y4[g].z, acc[c + 2]);
-        acc[c + 3] = fmaf(x[4 * g + 3], y4[g].w, acc[c + 3]);
+        for (int g = 0; g < G; ++g) {
+            acc[0] = fmaf(x[4 * g + 0], y4[g].x, acc[0]);
+            acc[1] = fmaf(x[4 * g + 1], y4[g].y, acc[1]);
+            acc[2] = fmaf(x[4 * g + 2], y4[g].z, acc[2]);
+            acc[3] = fmaf(x[4 * g + 3], y4[g].w, acc[3]);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = __shfl_xor_sync(0xffffffffu, acc[e], 2);
+        return lanes_sum<2>(((acc[0] + o[0]) + (acc[1] + o[1])) + ((acc[2] + o[2]) + (acc[3] + o[3])));
+    } else {
+        float acc[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const int c = (g & 1) * 4;
+            acc[c + 0] = fmaf(x[4 * g + 0], y4[g].x, acc[c + 0]);
+            acc[c + 1] = fmaf(x[4 * g + 1], y4[g].y, acc[c + 1]);
+            acc[c + 2] = fmaf(x[4 * g + 2], y4[g].z, acc[c + 2]);
+            acc[c + 3] = fmaf(x[4 * g + 3], y4[g].w, acc[c + 3]);
+        }
+        return lanes_sum<P>(((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])));
     }
-    return lanes_sum<P>(((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])));
 }
 
 /* One token on one row slice: sa = S . a, then S <- S o decay + sa b + v k. Returns sa. The

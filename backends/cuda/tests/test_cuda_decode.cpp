@@ -5,7 +5,8 @@
 // views (the kernel's general form; at B = 1 and 3 the direct call took the dense one:
 // backends/cuda/rwkv7.cu, DecodeDense) and as B packed one-token sequences (the sequential
 // forward kernel, whole heads) gives the same bits. B = 1 and 3 take the decode kernel with one
-// row per thread, a head's rows split over 4 blocks (N = 32: 2); B = 256 (512 heads) the one
+// row per thread, a head's rows split over 4 blocks (N = 32: 2; N = 64 at B = 1 on a GPU of 64
+// SMs or more: 8 one-warp blocks, 4 lanes per row, the same sums); B = 256 (512 heads) the one
 // with two rows per thread, whole heads (decode_layout; the general form
 // only); N = 32 / 64 / 128; f32 and bf16 inputs; state_in and state_out apart (so a replay
 // recomputes the same step) or one buffer. And T one-token calls in place (views of a T-token
