@@ -25,6 +25,7 @@
 
 #include "golden.h"
 #include "suite_contexts.h"
+#include "test_rwkv7_config.h"
 #include "test_util.h"
 #include "wkv/wkv_vulkan.h"
 
@@ -95,56 +96,31 @@ struct Arg {
     }
 };
 
-enum class Layout { Contiguous, PaddedT, HeadMajor };
-const char* layout_name(Layout l) {
-    return l == Layout::Contiguous ? "contiguous" : l == Layout::PaddedT ? "padded-T" : "head-major";
-}
-
-struct Config {
-    int64_t B = 1, T = 1, H = 1, N = 32;
-    wkv_decay_form form = WKV_DECAY_CLAMPW;
-    wkv_dtype dtype = WKV_DTYPE_F32;
-    Layout layout = Layout::Contiguous;
-    bool state_in = true, state_out = true, dstate_out = true, dstate_in = true;
-    bool w_broadcast = false, padded_state = false, key_major = false, in_place = false;
+// The shared RWKV-7 configuration (tests/test_rwkv7_config.h) with this file's defaults (N = 32,
+// every state option on) and what only the Vulkan cases vary: packed sequences, memory kinds.
+struct Config : Rwkv7Config {
     std::vector<int64_t> offsets; // packed when not empty (B = 1)
     Mem mem = Mem::Host;
     bool ws_buffer = false;        // workspace: a wkv_buffer (Mem::Buffer only) or host memory
 
+    Config() {
+        N = 32;
+        state_in = state_out = dstate_out = dstate_in = true;
+    }
     int64_t S() const { return offsets.empty() ? B : static_cast<int64_t>(offsets.size()) - 1; }
     std::string describe() const {
         std::ostringstream s;
-        s << "B=" << B << " T=" << T << " H=" << H << " N=" << N << " form=" << form_name(form)
-          << " dtype=" << dtype_name(dtype) << " layout=" << layout_name(layout) << " state_in=" << state_in
-          << " state_out=" << state_out << " dstate_out=" << dstate_out << " dstate_in=" << dstate_in
-          << " w_broadcast=" << w_broadcast << " padded_state=" << padded_state << " key_major=" << key_major
-          << " in_place=" << in_place << " packed=" << offsets.size() << " mem="
-          << (mem == Mem::Host ? "host" : "buffer") << " ws_buffer=" << ws_buffer;
+        s << Rwkv7Config::describe() << " packed=" << offsets.size()
+          << " mem=" << (mem == Mem::Host ? "host" : "buffer") << " ws_buffer=" << ws_buffer;
         return s.str();
     }
 };
 
-HostTensor token_tensor(const Config& c, bool broadcast_t = false) {
-    const int64_t B = c.B, T = c.T, H = c.H, N = c.N;
-    std::vector<int64_t> shape = {B, T, H, N};
-    if (broadcast_t) return HostTensor(c.dtype, shape, {H * N, 0, N, 1}, 0);
-    switch (c.layout) {
-    case Layout::PaddedT: return HostTensor(c.dtype, shape, {T * 2 * H * N, 2 * H * N, N, 1}, 3);
-    case Layout::HeadMajor: return HostTensor(c.dtype, shape, {H * T * N, N, T * N, 1}, 0);
-    default: return HostTensor(c.dtype, shape);
-    }
-}
+HostTensor token_tensor(const Config& c, bool broadcast_t = false) { return wkvtest::token_tensor(c, c.dtype, broadcast_t); }
 
-HostTensor state_tensor(const Config& c) {
-    std::vector<int64_t> shape = {c.S(), c.H, c.N, c.N};
-    if (c.padded_state)
-        return HostTensor(WKV_DTYPE_F32, shape, {c.H * (c.N * c.N + 5), c.N * c.N + 5, c.N, 1}, 2);
-    return HostTensor(WKV_DTYPE_F32, shape);
-}
+HostTensor state_tensor(const Config& c) { return wkvtest::state_tensor(c, c.S()); }
 
-std::vector<double> lib_state(const Config& c, const std::vector<double>& x) {
-    return c.key_major ? permute(x, {c.S(), c.H, c.N, c.N}, {0, 1, 3, 2}) : x;
-}
+std::vector<double> lib_state(const Config& c, const std::vector<double>& x) { return wkvtest::to_lib_state(c, c.S(), x); }
 
 struct Problem {
     std::vector<double> in[6]; // r w k v a b, rounded to the dtype
@@ -487,7 +463,7 @@ TEST_CASE("vulkan random: T x N grid against the CPU backend, host and buffer te
     const uint64_t seed = test_seed();
     const wkv_decay_form forms[4] = {WKV_DECAY_CLAMPW, WKV_DECAY_LOG, WKV_DECAY_EXP_NEG_EXP, WKV_DECAY_DIRECT};
     const wkv_dtype dtypes[3] = {WKV_DTYPE_F32, WKV_DTYPE_BF16, WKV_DTYPE_F16};
-    const Layout layouts[3] = {Layout::Contiguous, Layout::HeadMajor, Layout::PaddedT};
+    const Layout layouts[3] = {Layout::Contiguous, Layout::Transposed, Layout::PaddedT};
     int k = 0;
     for (int64_t T : {1, 2, 15, 16, 17, 100}) {
         for (int64_t N : {32, 64, 128}) {
