@@ -513,7 +513,7 @@ void problem_views(const wkv_problem* p, const wkv_view* out[WKV_PROBLEM_VIEWS])
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) out[i] = v[i];
 }
 
-enum { kY = 7, kStateIn = 8, kStateOut = 9, kDstateOut = 11, kDr = 12, kDstateIn = 19 };
+enum { kY = 7, kStateIn = 8, kStateOut = 9, kDy = 10, kDstateOut = 11, kDr = 12, kDstateIn = 19 };
 
 bool is_output_view(int i) { return i == kY || i == kStateOut || i >= kDr; }
 bool is_state_view(int i) {
@@ -844,10 +844,10 @@ wkv_status cuda_forward_scratch_size(void* state, const wkv_problem* p, size_t* 
     return WKV_OK;
 }
 
-/* The parameters the sequential and the chunked RWKV-7 forwards share (the rest zeroed): the
- * placed views in the core's order, T and H. */
+/* What every RWKV-7 kernel's parameters take, the rest zeroed: the six placed inputs (the core's
+ * first six views), T and H. */
 template <class Params>
-void set_rwkv7_forward_views(Params* prm, const wkv_problem* p, const Placement& pl) {
+void set_rwkv7_inputs(Params* prm, const wkv_problem* p, const Placement& pl) {
     std::memset(prm, 0, sizeof *prm);
     prm->r = pl.v[0];
     prm->w = pl.v[1];
@@ -855,25 +855,25 @@ void set_rwkv7_forward_views(Params* prm, const wkv_problem* p, const Placement&
     prm->v = pl.v[3];
     prm->a = pl.v[4];
     prm->b = pl.v[5];
+    prm->T = p->T;
+    prm->H = (int32_t)p->H;
+}
+
+/* The parameters the sequential and the chunked RWKV-7 forwards share (the rest zeroed). */
+template <class Params>
+void set_rwkv7_forward_views(Params* prm, const wkv_problem* p, const Placement& pl) {
+    set_rwkv7_inputs(prm, p, pl);
     prm->y = pl.v[kY];
     prm->state_in = pl.v[kStateIn];
     prm->state_out = pl.v[kStateOut];
-    prm->T = p->T;
-    prm->H = (int32_t)p->H;
 }
 
 /* The tensor views and sizes both RWKV-7 backwards take (the sequential one's Rwkv7BwdParams,
  * the chunked one's Rwkv7ChunkBwdParams), zeroing the rest. */
 template <class Params>
 void set_rwkv7_backward_views(Params* prm, const wkv_problem* p, const Placement& pl) {
-    std::memset(prm, 0, sizeof *prm);
-    prm->r = pl.v[0];
-    prm->w = pl.v[1];
-    prm->k = pl.v[2];
-    prm->v = pl.v[3];
-    prm->a = pl.v[4];
-    prm->b = pl.v[5];
-    prm->dy = pl.v[10];
+    set_rwkv7_inputs(prm, p, pl);
+    prm->dy = pl.v[kDy];
     prm->dstate_out = pl.v[kDstateOut];
     prm->dr = pl.v[kDr];
     prm->dw = pl.v[kDr + 1];
@@ -882,8 +882,6 @@ void set_rwkv7_backward_views(Params* prm, const wkv_problem* p, const Placement
     prm->da = pl.v[kDr + 4];
     prm->db = pl.v[kDr + 5];
     prm->dstate_in = pl.v[kDstateIn];
-    prm->T = p->T;
-    prm->H = (int32_t)p->H;
 }
 
 /* The pool keeps `bytes` between calls. Not while the stream is being captured: setting an
@@ -1105,7 +1103,7 @@ int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, ch
         prm.v = pl.v[3];
         prm.u = pl.v[6];
         prm.state_in = pl.v[kStateIn];
-        prm.dy = pl.v[10];
+        prm.dy = pl.v[kDy];
         prm.dstate_out = pl.v[kDstateOut];
         prm.dr = pl.v[kDr];
         prm.dw = pl.v[kDr + 1];
@@ -1134,7 +1132,7 @@ int backward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl, ch
     prm.w = pl.v[1];
     prm.u = pl.v[6];
     prm.state_in = pl.v[kStateIn];
-    prm.dy = pl.v[10];
+    prm.dy = pl.v[kDy];
     prm.dstate_out = pl.v[kDstateOut];
     prm.dk = pl.v[kDr + 2];
     prm.dv = pl.v[kDr + 3];
