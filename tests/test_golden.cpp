@@ -138,8 +138,8 @@ TEST_CASE("golden: the float64 reference the 16-bit checks rely on matches the f
     for (const std::string& path : list_golden()) {
         wkv_golden_result r;
         wkv_golden_run_reference(path.c_str(), &r);
-        INFO(base_name(path) << "  " << wkv_golden_status_name(r.status) << " max_rel_err="
-                             << r.max_rel_err << " (" << r.worst << ") " << r.message);
+        INFO(base_name(path) << "  " << std::string(wkv_golden_status_name(r.status)) << " max_rel_err="
+                             << r.max_rel_err << " (" << std::string(r.worst) << ") " << std::string(r.message));
         REQUIRE(r.status != WKV_GOLDEN_ERROR);
         if (r.op == WKV_OP_RWKV7) CHECK(r.status == WKV_GOLDEN_PASS);
         else CHECK((r.status == WKV_GOLDEN_PASS || r.status == WKV_GOLDEN_UNSUPPORTED));
@@ -331,7 +331,7 @@ TEST_CASE("golden: files that are valid safetensors but not valid golden files")
         const std::string path = tmp.write(std::string(c.name) + ".safetensors", image(c.header, data));
         wkv_golden_result r;
         CHECK(wkv_golden_run(path.c_str(), WKV_BACKEND_CPU, WKV_DTYPE_F32, &r) == WKV_GOLDEN_ERROR);
-        INFO("message: " << r.message);
+        INFO("message: " << std::string(r.message));
         CHECK(std::string(r.message).find(c.expect) != std::string::npos);
     }
 }

@@ -316,7 +316,7 @@ Results check_config(const Config& c, uint64_t seed, const std::vector<int64_t>&
     const int64_t S = lens.empty() ? c.B : static_cast<int64_t>(lens.size());
     Rng rng(seed);
     Problem p = make_problem(c, S, rng);
-    INFO("seed " << seed << ": " << c.describe() << (lens.empty() ? "" : " packed"));
+    INFO("seed " << seed << ": " << c.describe() << std::string(lens.empty() ? "" : " packed"));
     const Results got = run_library(c, p.d, p.dy, p.dsT, offsets);
     const RefOut ref = reference(p, offsets);
     Problem q = p;

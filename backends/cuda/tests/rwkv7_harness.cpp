@@ -144,6 +144,7 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
     if (on_cuda && mem == Mem::Device) {
         CU(cudaMalloc(&dws, ws + kGuard));
         CU(cudaMemset(dws, 0xFF, ws + kGuard));  // NaN everywhere; the tail is a guard
+        CU(cudaDeviceSynchronize());  // the memset is on the legacy stream, the kernels are not
         bd.workspace = dws;
     } else if (on_cuda && mem == Mem::Buffer) {
         REQUIRE(wkv_buffer_create(ctx, ws + kGuard, &bws) == WKV_OK);

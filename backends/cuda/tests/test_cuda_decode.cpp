@@ -51,7 +51,13 @@ struct Dev {
     Dev(const Dev&) = delete;
     Dev& operator=(const Dev&) = delete;
     void upload() { DEC_CU(cudaMemcpy(d, h.buf.data(), h.buf.size(), cudaMemcpyHostToDevice)); }
-    void poison() { DEC_CU(cudaMemset(d, 0xff, h.buf.size())); } // all-ones bits: NaN in f32/bf16
+    // all-ones bits: NaN in f32/bf16. cudaMemset runs on the legacy stream, which the test's
+    // non-blocking stream does not wait for: without the synchronisation a late memset could
+    // overwrite what the next kernel writes (seen at B = 256: 2 MiB states).
+    void poison() {
+        DEC_CU(cudaMemset(d, 0xff, h.buf.size()));
+        DEC_CU(cudaDeviceSynchronize());
+    }
     std::vector<unsigned char> bytes() const {
         std::vector<unsigned char> b(h.buf.size());
         DEC_CU(cudaMemcpy(b.data(), d, b.size(), cudaMemcpyDeviceToHost));
@@ -73,7 +79,7 @@ struct Dev {
 
 void check_decode(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, int64_t N, wkv_dtype dt,
                   bool in_place, uint64_t seed) {
-    INFO("B=" << B << " H=" << H << " N=" << N << " " << dtype_name(dt) << (in_place ? " in place" : "")
+    INFO("B=" << B << " H=" << H << " N=" << N << " " << std::string(dtype_name(dt)) << std::string(in_place ? " in place" : "")
               << " seed=" << seed);
     Rng rng(seed);
     Rwkv7Data d = random_rwkv7(rng, B, 1, H, N, WKV_DECAY_CLAMPW, true);
@@ -201,7 +207,7 @@ void check_decode(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, i
 void check_steps(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, int64_t N, wkv_dtype dt,
                  uint64_t seed) {
     const int64_t T = 5;
-    INFO("steps B=" << B << " H=" << H << " N=" << N << " " << dtype_name(dt) << " seed=" << seed);
+    INFO("steps B=" << B << " H=" << H << " N=" << N << " " << std::string(dtype_name(dt)) << " seed=" << seed);
     Rng rng(seed);
     Rwkv7Data d = random_rwkv7(rng, B, T, H, N, WKV_DECAY_CLAMPW, true);
     std::vector<std::unique_ptr<Dev>> in;

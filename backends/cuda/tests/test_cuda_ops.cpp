@@ -321,6 +321,7 @@ Out run(wkv_backend backend, bool dev, const Cfg& c, const Data& d, const std::v
     if (dev) {
         REQUIRE(cudaMalloc(&dws, ws + 256) == cudaSuccess);
         REQUIRE(cudaMemset(dws, 0xFF, ws + 256) == cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess); // the memset is on the legacy stream
         bd.workspace = dws;
     } else {
         host_ws.assign(ws + 256, 0xFF);

@@ -145,7 +145,7 @@ void check_memory_kinds(const Config& c, uint64_t seed, const std::vector<int64_
     const int64_t ns = packed ? S : 0;
     const Results dev = run_backend(WKV_BACKEND_CUDA, c, k.d, k.dy, dsT, off, ns, Mem::Device);
     for (Mem m : {Mem::Host, Mem::Buffer, Mem::Mixed}) {
-        INFO(c.describe() << " seed=" << seed << (packed ? " packed" : "") << " memory=" << mem_name(m));
+        INFO(c.describe() << " seed=" << seed << std::string(packed ? " packed" : "") << " memory=" << std::string(mem_name(m)));
         const Results got = run_backend(WKV_BACKEND_CUDA, c, k.d, k.dy, dsT, off, ns, m);
         CHECK(got.y == dev.y);
         CHECK(got.sT == dev.sT);

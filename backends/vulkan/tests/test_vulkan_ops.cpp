@@ -304,7 +304,7 @@ TEST_CASE("vulkan golden: every RWKV-6 and RWKV-4 file, f32/f16/bf16") {
             wkv_golden_run(path.c_str(), WKV_BACKEND_VULKAN, dt, &r);
             char line[1024];
             wkv_golden_format(&r, line, sizeof line);
-            INFO(path << " " << dtype_name(dt) << ": " << line);
+            INFO(path << " " << std::string(dtype_name(dt)) << ": " << line);
             CHECK(r.status == WKV_GOLDEN_PASS);
             ++ran;
         }
