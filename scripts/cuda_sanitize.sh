@@ -18,6 +18,7 @@
 # Environment:
 #   WKV_SANITIZE_TOOLS      the tools, default "memcheck racecheck initcheck synccheck"
 #   WKV_SANITIZE_TIMEOUT    seconds per tool and program (default 240; a timeout is a failure)
+#                           WKV_SANITIZE_TIMEOUT_<tool> overrides it for one tool
 #   WKV_SANITIZE_CASES      doctest -tc filter for wkv_cuda_tests (default below);
 #                           WKV_SANITIZE_CASES_<tool> overrides it for one tool
 #   WKV_SANITIZE_GOLDEN     golden files (names in tests/golden) for wkv-bench, space-separated
@@ -67,6 +68,8 @@ for tool in $tools; do
   esac
   var=WKV_SANITIZE_CASES_$tool
   tool_cases=${!var:-$cases}
+  var=WKV_SANITIZE_TIMEOUT_$tool
+  tool_limit=${!var:-$limit}
   t0=$(date +%s)
   results=()
   failed=0
@@ -75,7 +78,7 @@ for tool in $tools; do
     shift
     {
       echo "===== $label: compute-sanitizer ${opts[*]} $*"
-      timeout --kill-after=15 "$limit" compute-sanitizer "${opts[@]}" "$@"
+      timeout --kill-after=15 "$tool_limit" compute-sanitizer "${opts[@]}" "$@"
       rc=$?
       echo "===== $label: exit status $rc"
     } >>"$log" 2>&1
@@ -83,7 +86,7 @@ for tool in $tools; do
       0) results+=("$label ok") ;;
       9) results+=("$label REPORTED"); failed=1 ;;
       77) results+=("$label SKIPPED (no CUDA device)"); failed=1 ;;
-      124|137) results+=("$label TIMED OUT after ${limit}s"); failed=1 ;;
+      124|137) results+=("$label TIMED OUT after ${tool_limit}s"); failed=1 ;;
       *) results+=("$label FAILED (exit $rc)"); failed=1 ;;
     esac
   }
