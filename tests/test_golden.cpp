@@ -47,7 +47,7 @@ wkv_backend_info cpu_info() {
     std::memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
     wkv_status s = wkv_backend_get_info(WKV_BACKEND_CPU, &info);
-    REQUIRE_MESSAGE(s == WKV_OK, "wkv_backend_get_info(CPU): " << wkv_last_error(nullptr));
+    REQUIRE_MESSAGE(s == WKV_OK, "wkv_backend_get_info(CPU): " << std::string(wkv_last_error(nullptr)));
     return info;
 }
 

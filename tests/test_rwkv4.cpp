@@ -96,7 +96,7 @@ struct Results {
 Results run_library(const Config& c, const Rwkv4Data& d, const std::vector<double>& dy,
                     const std::vector<double>& dsT, const std::vector<int64_t>& offsets) {
     CpuCtx holder(c.threads, c.pf);
-    REQUIRE_MESSAGE(holder.status == WKV_OK, wkv_last_error(nullptr));
+    REQUIRE_MESSAGE(holder.status == WKV_OK, std::string(wkv_last_error(nullptr)));
     wkv_context* ctx = holder.ctx;
     const int64_t num_seqs = offsets.empty() ? 0 : static_cast<int64_t>(offsets.size()) - 1;
     const int64_t S = num_seqs > 0 ? num_seqs : c.B;
@@ -127,30 +127,20 @@ Results run_library(const Config& c, const Rwkv4Data& d, const std::vector<doubl
     f.seq_offsets = num_seqs ? offsets.data() : nullptr;
     f.num_seqs = num_seqs;
 
-    std::vector<std::vector<unsigned char>> before;
-    for (const HostTensor& t : in) before.push_back(t.buf);
-    const std::vector<unsigned char> s_in_before = s_in.buf;
+    Unchanged fwd_inputs;
+    const char* names[4] = {"w", "u", "k", "v"};
+    for (size_t i = 0; i < 4; i++) fwd_inputs.add(in[i], names[i]);
+    if (c.state_in && !c.in_place) fwd_inputs.add(s_in, "state_in");
 
     y.poison();
     if (!c.in_place) s_out.poison();
-    wkv_status st = wkv_forward(ctx, &f);
-    const std::string fwd_msg = wkv_last_error(ctx);
-    INFO("wkv_forward: " << fwd_msg);
-    REQUIRE(st == WKV_OK);
+    forward_ok(ctx, f);
     Results res;
-    res.y = y.read();
-    CHECK(y.gaps_still_nan());
-    res.raw.push_back(y.buf);
-    if (c.state_out) {
-        HostTensor& so = c.in_place ? s_in : s_out;
-        res.sT = from_lib(c, S, so.read());
-        CHECK(so.gaps_still_nan());
-        res.raw.push_back(so.buf);
-    }
-    for (size_t i = 0; i < in.size(); i++)
-        CHECK_MESSAGE(in[i].buf == before[i], "input " << i << " (w u k v) was modified");
-    if (c.state_in && !c.in_place) CHECK_MESSAGE(s_in.buf == s_in_before, "state_in was modified");
+    res.y = read_output(y, res.raw);
+    if (c.state_out) res.sT = from_lib(c, S, read_output(c.in_place ? s_in : s_out, res.raw));
+    fwd_inputs.check("forward");
 
+    // The backward reads state_in again: after an in-place forward it holds sT, so restore s0.
     if (c.state_in && c.in_place) fill_input(s_in, to_lib(c, S, d.s0));
     HostTensor dyt = token_tensor(c.dtype_of(R_DY), c.B, c.T, 0, c.C, c.layout);
     fill_input(dyt, dy);
@@ -163,9 +153,12 @@ Results run_library(const Config& c, const Rwkv4Data& d, const std::vector<doubl
     g[3] = token_tensor(c.dtype_of(R_DV), c.B, c.T, 0, c.C, c.layout);
     for (HostTensor& t : g) t.poison();
     ds_in.poison();
-    y.poison();
-    const std::vector<unsigned char> dy_before = dyt.buf, ds_out_before = ds_out.buf,
-                                     s_in_before_bwd = s_in.buf;
+    y.poison(); // the backward ignores the forward's outputs: garbage there, to be sure
+    Unchanged bwd_inputs;
+    for (size_t i = 0; i < 4; i++) bwd_inputs.add(in[i], names[i]);
+    if (c.state_in) bwd_inputs.add(s_in, "state_in");
+    bwd_inputs.add(dyt, "dy");
+    if (c.dstate_out) bwd_inputs.add(ds_out, "dstate_out");
 
     wkv_backward_desc bd{};
     bd.struct_size = sizeof bd;
@@ -177,35 +170,11 @@ Results run_library(const Config& c, const Rwkv4Data& d, const std::vector<doubl
     bd.dk = g[2].view();
     bd.dv = g[3].view();
     if (c.dstate_in) bd.dstate_in = ds_in.view();
-    size_t bytes = 0;
-    st = wkv_workspace_size(ctx, &bytes, &bd);
-    const std::string ws_msg = wkv_last_error(ctx);
-    INFO("wkv_workspace_size: " << ws_msg);
-    REQUIRE(st == WKV_OK);
-    Workspace ws(bytes);
-    bd.workspace = ws.data();
-    bd.workspace_size = bytes;
-    st = wkv_backward(ctx, &bd);
-    const std::string bwd_msg = wkv_last_error(ctx);
-    INFO("wkv_backward: " << bwd_msg);
-    REQUIRE(st == WKV_OK);
-    CHECK_MESSAGE(ws.guard_intact(), "the backward wrote past wkv_workspace_size() bytes");
+    backward_ok(ctx, bd);
     std::vector<double>* outs[4] = {&res.dw, &res.du, &res.dk, &res.dv};
-    for (size_t i = 0; i < 4; i++) {
-        *outs[i] = g[i].read();
-        CHECK(g[i].gaps_still_nan());
-        res.raw.push_back(g[i].buf);
-    }
-    if (c.dstate_in) {
-        res.ds0 = from_lib(c, S, ds_in.read());
-        CHECK(ds_in.gaps_still_nan());
-        res.raw.push_back(ds_in.buf);
-    }
-    for (size_t i = 0; i < in.size(); i++)
-        CHECK_MESSAGE(in[i].buf == before[i], "input " << i << " (w u k v) was modified by the backward");
-    if (c.state_in) CHECK_MESSAGE(s_in.buf == s_in_before_bwd, "state_in was modified by the backward");
-    CHECK_MESSAGE(dyt.buf == dy_before, "dy was modified by the backward");
-    if (c.dstate_out) CHECK_MESSAGE(ds_out.buf == ds_out_before, "dstate_out was modified");
+    for (size_t i = 0; i < 4; i++) *outs[i] = read_output(g[i], res.raw);
+    if (c.dstate_in) res.ds0 = from_lib(c, S, read_output(ds_in, res.raw));
+    bwd_inputs.check("backward");
     return res;
 }
 
@@ -536,7 +505,7 @@ TEST_CASE("rwkv4: wkv_workspace_size is the documented formula") {
         g.forward = &f;
         g.dy = dy.view(), g.dk = dk.view(), g.dv = dv.view(), g.dw = dw.view(), g.du = du.view();
         size_t bytes = 0;
-        REQUIRE_MESSAGE(wkv_workspace_size(ctx.ctx, &bytes, &g) == WKV_OK, wkv_last_error(ctx.ctx));
+        REQUIRE_MESSAGE(wkv_workspace_size(ctx.ctx, &bytes, &g) == WKV_OK, std::string(wkv_last_error(ctx.ctx)));
 
         const uint64_t C = static_cast<uint64_t>(s.C), nb = (C + 31) / 32;
         const uint64_t seqs = std::max<uint64_t>(1, static_cast<uint64_t>(num_seqs));

@@ -26,6 +26,7 @@
 #include "test_isa.h"
 #include "test_rwkv7_config.h"
 #include "test_util.h"
+#include "test_util_ops.h"
 
 using namespace wkvtest;
 
@@ -40,30 +41,14 @@ struct Results {
     std::vector<std::vector<unsigned char>> raw;
 };
 
-struct ContextHolder {
-    wkv_context* ctx = nullptr;
-    explicit ContextHolder(int threads) {
-        wkv_context_options o{};
-        o.struct_size = sizeof o;
-        o.backend = WKV_BACKEND_CPU;
-        o.cpu_threads = threads;
-        const wkv_status st = wkv_context_create(&o, &ctx);
-        INFO(std::string(wkv_last_error(nullptr)));
-        REQUIRE(st == WKV_OK);
-        REQUIRE(ctx != nullptr);
-    }
-    ~ContextHolder() { wkv_context_destroy(ctx); }
-    ContextHolder(const ContextHolder&) = delete;
-    ContextHolder& operator=(const ContextHolder&) = delete;
-};
-
 // Runs wkv_forward then wkv_backward on `d` (values already representable in c.dtype) through
 // the public API. `seq_offsets`/`num_seqs` pack sequences (then d.B == 1 and s0, dsT hold one
 // state per sequence). dsT is used only when c.dstate_out.
 Results run_library(const Config& c, const Rwkv7Data& d, const std::vector<double>& dy,
                     const std::vector<double>& dsT, const int64_t* seq_offsets = nullptr,
                     int64_t num_seqs = 0) {
-    ContextHolder holder(c.threads);
+    CpuCtx holder(c.threads);
+    REQUIRE_MESSAGE(holder.status == WKV_OK, std::string(wkv_last_error(nullptr)));
     wkv_context* ctx = holder.ctx;
     const int64_t S = num_seqs > 0 ? num_seqs : c.B;
 
@@ -94,32 +79,20 @@ Results run_library(const Config& c, const Rwkv7Data& d, const std::vector<doubl
     f.seq_offsets = seq_offsets;
     f.num_seqs = num_seqs;
 
-    std::vector<std::vector<unsigned char>> inputs_before;
-    for (const HostTensor& t : in) inputs_before.push_back(t.buf);
-    const std::vector<unsigned char> state_in_before = s_in.buf;
+    Unchanged fwd_inputs;
+    const char* names[6] = {"r", "w", "k", "v", "a", "b"};
+    for (size_t i = 0; i < 6; i++) fwd_inputs.add(in[i], names[i]);
+    if (c.state_in && !c.in_place) fwd_inputs.add(s_in, "state_in");
 
     // ------------------------------------------------------------------ forward
     y.poison();
     if (!c.in_place) s_out.poison();
-    wkv_status st = wkv_forward(ctx, &f);
-    {
-        INFO("wkv_forward: " << std::string(wkv_last_error(ctx)));
-        REQUIRE(st == WKV_OK);
-    }
+    forward_ok(ctx, f);
     Results res;
-    res.y = y.read();
-    CHECK(y.gaps_still_nan());
-    if (c.state_out) {
-        HostTensor& so = c.in_place ? s_in : s_out;
-        res.sT = to_lib_state(c, S, so.read());  // the transpose is its own inverse
-        CHECK(so.gaps_still_nan());
-        res.raw.push_back(so.buf);
-    }
-    res.raw.push_back(y.buf);
-    for (size_t i = 0; i < in.size(); i++)
-        CHECK_MESSAGE(in[i].buf == inputs_before[i], "input " << i << " (r w k v a b) was modified");
-    if (c.state_in && !c.in_place)
-        CHECK_MESSAGE(s_in.buf == state_in_before, "state_in was modified");
+    res.y = read_output(y, res.raw);
+    // the transpose is its own inverse
+    if (c.state_out) res.sT = to_lib_state(c, S, read_output(c.in_place ? s_in : s_out, res.raw));
+    fwd_inputs.check("forward");
 
     // ------------------------------------------------------------------ backward
     // The backward reads state_in again: after an in-place forward it holds sT, so restore s0.
@@ -134,10 +107,12 @@ Results run_library(const Config& c, const Rwkv7Data& d, const std::vector<doubl
         t.poison();
     }
     ds_in.poison();
-    // The forward's outputs are ignored by the backward; make them garbage to be sure.
-    y.poison();
-    const std::vector<unsigned char> state_in_before_bwd = s_in.buf, dy_before = dyt.buf,
-                                     dstate_out_before = ds_out.buf;
+    y.poison(); // the backward ignores the forward's outputs: garbage there, to be sure
+    Unchanged bwd_inputs;
+    for (size_t i = 0; i < 6; i++) bwd_inputs.add(in[i], names[i]);
+    if (c.state_in) bwd_inputs.add(s_in, "state_in");
+    bwd_inputs.add(dyt, "dy");
+    if (c.dstate_out) bwd_inputs.add(ds_out, "dstate_out");
 
     wkv_backward_desc bd{};
     bd.struct_size = sizeof bd;
@@ -151,39 +126,11 @@ Results run_library(const Config& c, const Rwkv7Data& d, const std::vector<doubl
     bd.da = g[4].view();
     bd.db = g[5].view();
     if (c.dstate_in) bd.dstate_in = ds_in.view();
-
-    size_t bytes = 0;
-    st = wkv_workspace_size(ctx, &bytes, &bd);
-    {
-        INFO("wkv_workspace_size: " << std::string(wkv_last_error(ctx)));
-        REQUIRE(st == WKV_OK);
-    }
-    std::vector<unsigned char> workspace(bytes + 1, 0xff);  // 0xffffffff is a float NaN
-    bd.workspace = workspace.data();
-    bd.workspace_size = bytes;
-    st = wkv_backward(ctx, &bd);
-    {
-        INFO("wkv_backward: " << std::string(wkv_last_error(ctx)));
-        REQUIRE(st == WKV_OK);
-    }
+    backward_ok(ctx, bd);
     std::vector<double>* outs[6] = {&res.dr, &res.dw, &res.dk, &res.dv, &res.da, &res.db};
-    for (int i = 0; i < 6; i++) {
-        *outs[i] = g[static_cast<size_t>(i)].read();
-        CHECK(g[static_cast<size_t>(i)].gaps_still_nan());
-        res.raw.push_back(g[static_cast<size_t>(i)].buf);
-    }
-    if (c.dstate_in) {
-        res.ds0 = to_lib_state(c, S, ds_in.read());
-        CHECK(ds_in.gaps_still_nan());
-        res.raw.push_back(ds_in.buf);
-    }
-    for (size_t i = 0; i < in.size(); i++)
-        CHECK_MESSAGE(in[i].buf == inputs_before[i], "input " << i << " (r w k v a b) was modified by the backward");
-    if (c.state_in)
-        CHECK_MESSAGE(s_in.buf == state_in_before_bwd, "state_in was modified by the backward");
-    CHECK_MESSAGE(dyt.buf == dy_before, "dy was modified by the backward");
-    if (c.dstate_out)
-        CHECK_MESSAGE(ds_out.buf == dstate_out_before, "dstate_out was modified by the backward");
+    for (size_t i = 0; i < 6; i++) *outs[i] = read_output(g[i], res.raw);
+    if (c.dstate_in) res.ds0 = to_lib_state(c, S, read_output(ds_in, res.raw));
+    bwd_inputs.check("backward");
     return res;
 }
 

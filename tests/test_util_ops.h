@@ -1,6 +1,7 @@
 // Helpers for the RWKV-6/5 and RWKV-4 tests (tests/test_rwkv6.cpp, tests/test_rwkv4.cpp): the
 // float64 problems and their reference runs, random inputs drawn the way the golden files'
-// README describes, packed-sequence slicing, a CPU context and NaN-poisoned workspaces.
+// README describes, packed-sequence slicing, a CPU context and NaN-poisoned workspaces; and for
+// every op's random-input runner (RWKV-7's too) the checked public-API calls.
 // Header-only (everything inline); builds on test_util.h.
 #ifndef WKV_TESTS_TEST_UTIL_OPS_H
 #define WKV_TESTS_TEST_UTIL_OPS_H
@@ -287,6 +288,63 @@ struct Workspace {
         return true;
     }
 };
+
+// ------------------------------------------------------------------------------ checked calls
+// What every op's random-input runner checks around its public-API calls (test_rwkv4.cpp,
+// test_rwkv6.cpp, test_rwkv7_random.cpp).
+
+// Tensors a call must leave as they were: their bytes now, compared after the call.
+class Unchanged {
+  public:
+    void add(const HostTensor& t, std::string name) { items_.push_back({&t, t.buf, std::move(name)}); }
+    void check(const char* call) const {
+        for (const Item& i : items_) CHECK_MESSAGE(i.t->buf == i.bytes, i.name << " was modified by the " << call);
+    }
+
+  private:
+    struct Item {
+        const HostTensor* t;
+        std::vector<unsigned char> bytes;
+        std::string name;
+    };
+    std::vector<Item> items_;
+};
+
+// wkv_forward must succeed (the library's message is shown when it does not).
+inline void forward_ok(wkv_context* ctx, const wkv_forward_desc& f) {
+    const wkv_status st = wkv_forward(ctx, &f);
+    INFO("wkv_forward: " << std::string(wkv_last_error(ctx)));
+    REQUIRE(st == WKV_OK);
+}
+
+// wkv_backward with a workspace of exactly wkv_workspace_size() bytes (NaN-filled), which must
+// succeed and write nothing past those bytes.
+inline void backward_ok(wkv_context* ctx, wkv_backward_desc& bd) {
+    size_t bytes = 0;
+    wkv_status st = wkv_workspace_size(ctx, &bytes, &bd);
+    {
+        INFO("wkv_workspace_size: " << std::string(wkv_last_error(ctx)));
+        REQUIRE(st == WKV_OK);
+    }
+    Workspace ws(bytes);
+    bd.workspace = ws.data();
+    bd.workspace_size = bytes;
+    st = wkv_backward(ctx, &bd);
+    {
+        INFO("wkv_backward: " << std::string(wkv_last_error(ctx)));
+        REQUIRE(st == WKV_OK);
+    }
+    CHECK_MESSAGE(ws.guard_intact(), "the backward wrote past wkv_workspace_size() bytes");
+    bd.workspace = nullptr;
+}
+
+// An output after its call: the gaps of a strided tensor must still be NaN; its bytes join `raw`
+// (every output, for the bitwise comparisons between runs); returns its values.
+inline std::vector<double> read_output(const HostTensor& t, std::vector<std::vector<unsigned char>>& raw) {
+    CHECK(t.gaps_still_nan());
+    raw.push_back(t.buf);
+    return t.read();
+}
 
 // Tolerances (norm-wise relative error): float32 everywhere, or any 16-bit tensor involved.
 constexpr double kTolF32 = 1e-5;

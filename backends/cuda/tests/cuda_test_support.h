@@ -103,7 +103,7 @@ struct BufMirror : Mirror {
 
     BufMirror(wkv_context* c, HostTensor& t) : ctx(c), bytes(t.buf.size()) {
         h = &t;
-        INFO(wkv_last_error(ctx));
+        INFO(std::string(wkv_last_error(ctx)));
         REQUIRE(wkv_buffer_create(ctx, bytes + kGuard, &b) == WKV_OK);
         std::vector<unsigned char> g(kGuard);
         for (size_t i = 0; i < kGuard; i++) g[i] = guard_byte(i);
@@ -147,7 +147,7 @@ struct CudaContext {
         o.struct_size = sizeof o;
         o.backend = WKV_BACKEND_CUDA;
         const wkv_status st = wkv_context_create(&o, &ctx);
-        INFO(wkv_last_error(nullptr));
+        INFO(std::string(wkv_last_error(nullptr)));
         REQUIRE(st == WKV_OK);
     }
     ~CudaContext() { wkv_context_destroy(ctx); }

@@ -19,7 +19,7 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
         o.backend = backend;
         o.cpu_threads = c.threads;
         const wkv_status st = wkv_context_create(&o, &ctx);
-        INFO(wkv_last_error(nullptr));
+        INFO(std::string(wkv_last_error(nullptr)));
         REQUIRE(st == WKV_OK);
     }
     struct Destroy {
@@ -93,7 +93,7 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
     if (on_cuda) CU(cudaDeviceSynchronize());
     wkv_status st = wkv_forward(ctx, &f);
     {
-        INFO("wkv_forward: " << wkv_last_error(ctx));
+        INFO("wkv_forward: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     if (cuda) {
@@ -135,7 +135,7 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
     size_t ws = 0;
     st = wkv_workspace_size(ctx, &ws, &bd);
     {
-        INFO("wkv_workspace_size: " << wkv_last_error(ctx));
+        INFO("wkv_workspace_size: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     std::vector<unsigned char> host_ws;
@@ -159,7 +159,7 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
     if (on_cuda) CU(cudaDeviceSynchronize());  // the poison memset and uploads, as before the forward
     st = wkv_backward(ctx, &bd);
     {
-        INFO("wkv_backward: " << wkv_last_error(ctx));
+        INFO("wkv_backward: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     if (on_cuda && !cuda) {  // host memory only: complete on return, nothing left on the stream
@@ -390,7 +390,7 @@ void check_caller_stream_and_graph(wkv_decay_form form) {
     const wkv_status s1 = wkv_forward(cc.ctx, &p.f);
     const wkv_status s2 = wkv_backward(cc.ctx, &p.bd);
     CU(cudaStreamEndCapture(mine, &graph));
-    INFO(wkv_last_error(cc.ctx));
+    INFO(std::string(wkv_last_error(cc.ctx)));
     REQUIRE(s1 == WKV_OK);
     REQUIRE(s2 == WKV_OK);
     cudaGraphExec_t exec = nullptr;

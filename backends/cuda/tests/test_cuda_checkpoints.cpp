@@ -177,7 +177,7 @@ void check_case(const CkCase& c) {
         p.poison(true);
         p.f.workspace = p.ws;
         p.f.workspace_size = p.ws_bytes;
-        INFO(wkv_last_error(ctx));
+        INFO(std::string(wkv_last_error(ctx)));
         REQUIRE(wkv_forward(ctx, &p.f) == WKV_OK);
         CHECK(p.bytes(false) == fwd_plain);
         p.g.flags = WKV_BACKWARD_REUSE_CHECKPOINTS;

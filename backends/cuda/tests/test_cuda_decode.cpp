@@ -181,7 +181,7 @@ void check_decode(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, i
     DEC_CU(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
     const wkv_status st = wkv_forward(ctx, &f);
     DEC_CU(cudaStreamEndCapture(stream, &graph));
-    INFO(wkv_last_error(ctx));
+    INFO(std::string(wkv_last_error(ctx)));
     REQUIRE(st == WKV_OK);
     size_t n = 0;
     DEC_CU(cudaGraphGetNodes(graph, nullptr, &n));

@@ -185,7 +185,7 @@ Out run(wkv_backend backend, bool dev, const Cfg& c, const Data& d, const std::v
         o.backend = backend;
         o.cpu_threads = 2;
         const wkv_status st = wkv_context_create(&o, &ctx);
-        INFO(wkv_last_error(nullptr));
+        INFO(std::string(wkv_last_error(nullptr)));
         REQUIRE(st == WKV_OK);
     }
     struct Destroy {
@@ -255,7 +255,7 @@ Out run(wkv_backend backend, bool dev, const Cfg& c, const Data& d, const std::v
     if (dev) REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the mirrors' copies (see below)
     wkv_status st = wkv_forward(ctx, &f);
     {
-        INFO("wkv_forward: " << wkv_last_error(ctx));
+        INFO("wkv_forward: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     if (dev) mir.download();
@@ -313,7 +313,7 @@ Out run(wkv_backend backend, bool dev, const Cfg& c, const Data& d, const std::v
     size_t ws = 0;
     st = wkv_workspace_size(ctx, &ws, &bd);
     {
-        INFO("wkv_workspace_size: " << wkv_last_error(ctx));
+        INFO("wkv_workspace_size: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     std::vector<unsigned char> host_ws;
@@ -333,7 +333,7 @@ Out run(wkv_backend backend, bool dev, const Cfg& c, const Data& d, const std::v
     if (dev) REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     st = wkv_backward(ctx, &bd);
     {
-        INFO("wkv_backward: " << wkv_last_error(ctx));
+        INFO("wkv_backward: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     if (dev) {

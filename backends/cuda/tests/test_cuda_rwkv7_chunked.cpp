@@ -203,7 +203,7 @@ TEST_CASE("cuda: the chunked RWKV-7 forward on the caller's scratch: the pool pa
         CU(cudaStreamBeginCapture(mine, cudaStreamCaptureModeGlobal));
         const wkv_status st = wkv_forward(cc.ctx, &p.f);
         CU(cudaStreamEndCapture(mine, &graph));
-        INFO(wkv_last_error(cc.ctx));
+        INFO(std::string(wkv_last_error(cc.ctx)));
         REQUIRE(st == WKV_OK);
         if (caller) CHECK(alloc_nodes(graph) == 0);
         else CHECK(alloc_nodes(graph) >= 1);

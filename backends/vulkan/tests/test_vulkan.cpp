@@ -180,7 +180,7 @@ Results run(wkv_context* ctx, const Config& c, const Problem& p) {
     }
     wkv_status st = wkv_forward(ctx, &f);
     {
-        INFO("wkv_forward: " << wkv_last_error(ctx));
+        INFO("wkv_forward: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     Results r;
@@ -221,7 +221,7 @@ Results run(wkv_context* ctx, const Config& c, const Problem& p) {
     size_t bytes = 0;
     st = wkv_workspace_size(ctx, &bytes, &bd);
     {
-        INFO("wkv_workspace_size: " << wkv_last_error(ctx));
+        INFO("wkv_workspace_size: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     std::vector<unsigned char> ws(bytes + 1, 0xff); // NaN
@@ -237,7 +237,7 @@ Results run(wkv_context* ctx, const Config& c, const Problem& p) {
     st = wkv_backward(ctx, &bd);
     wkv_buffer_destroy(wsb);
     {
-        INFO("wkv_backward: " << wkv_last_error(ctx));
+        INFO("wkv_backward: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     for (int i = 0; i < 6; i++) {

@@ -182,7 +182,7 @@ Outputs run(wkv_context* ctx, const Case& c, const Inputs& in) {
     }
     wkv_status st = wkv_forward(ctx, &f);
     {
-        INFO("wkv_forward: " << wkv_last_error(ctx));
+        INFO("wkv_forward: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     Outputs out;
@@ -228,7 +228,7 @@ Outputs run(wkv_context* ctx, const Case& c, const Inputs& in) {
     size_t bytes = 0;
     st = wkv_workspace_size(ctx, &bytes, &bd);
     {
-        INFO("wkv_workspace_size: " << wkv_last_error(ctx));
+        INFO("wkv_workspace_size: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     Workspace ws(bytes);
@@ -244,7 +244,7 @@ Outputs run(wkv_context* ctx, const Case& c, const Inputs& in) {
     st = wkv_backward(ctx, &bd);
     wkv_buffer_destroy(wsb);
     {
-        INFO("wkv_backward: " << wkv_last_error(ctx));
+        INFO("wkv_backward: " << std::string(wkv_last_error(ctx)));
         REQUIRE(st == WKV_OK);
     }
     CHECK(ws.guard_intact());
