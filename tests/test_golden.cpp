@@ -90,7 +90,7 @@ std::string read_all(const std::string& path) {
 TEST_CASE("golden: every file, f32/f16/bf16, on the CPU backend") {
     const wkv_backend_info info = cpu_info();
     const std::vector<std::string> files = list_golden();
-    INFO("golden directory: " << wkv_golden_dir());
+    INFO("golden directory: " << std::string(wkv_golden_dir()));
     REQUIRE(!files.empty());
     int wkv7_files = 0;
     const wkv_dtype dtypes[3] = {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16};

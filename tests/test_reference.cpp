@@ -20,18 +20,6 @@ wkv_decay_form parse_form(const std::string& s) {
     return static_cast<wkv_decay_form>(0);
 }
 
-std::vector<std::string> golden_files(const std::string& prefix) {
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(golden_dir(), ec)) {
-        std::string name = e.path().filename().string();
-        if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".safetensors")
-            out.push_back(e.path().string());
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
 // L = sum(y * dy) + sum(sT * dsT) (dsT empty = zero), the scalar the backward differentiates.
 double loss(const Rwkv7Data& d, const std::vector<double>& dy, const std::vector<double>& dsT) {
     std::vector<double> y, sT;

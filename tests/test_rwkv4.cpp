@@ -325,18 +325,6 @@ Config full_state(Config c) {
     return c;
 }
 
-std::vector<std::string> golden_files(const std::string& prefix) {
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(golden_dir(), ec)) {
-        const std::string name = e.path().filename().string();
-        if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".safetensors")
-            out.push_back(e.path().string());
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
 }  // namespace
 
 // ================================================================================ golden

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <random>
@@ -324,6 +325,19 @@ inline std::string golden_dir() {
 #else
     return "tests/golden";
 #endif
+}
+
+// The golden files whose names start with `prefix` (e.g. "wkv7_"), sorted; paths.
+inline std::vector<std::string> golden_files(const std::string& prefix) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(golden_dir(), ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".safetensors")
+            out.push_back(e.path().string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 // ------------------------------------------------------------------------------ RWKV-7 data
