@@ -37,17 +37,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ref_alloc.h"
 #include "wkv_reference.h"
-
-static void* ref4_alloc(int64_t count, size_t elem) {
-    size_t n = (size_t)(count > 0 ? count : 1);
-    void* p = calloc(n, elem);
-    if (!p) {
-        fprintf(stderr, "libwkv reference: out of memory (%zu x %zu bytes)\n", n, elem);
-        abort();
-    }
-    return p;
-}
 
 static double ref4_max(double a, double b) { return a >= b ? a : b; }
 
@@ -83,9 +74,9 @@ static void ref4_channel(const wkv_ref_rwkv4* in, int64_t b, int64_t c, double* 
 
 void wkv_ref_rwkv4_forward(const wkv_ref_rwkv4* in, double* y, double* sT) {
     const int64_t T = in->T, C = in->C;
-    double* aa = (double*)ref4_alloc(T + 1, sizeof(double));
-    double* bb = (double*)ref4_alloc(T + 1, sizeof(double));
-    double* pp = (double*)ref4_alloc(T + 1, sizeof(double));
+    double* aa = (double*)wkv_ref_alloc(T + 1, sizeof(double));
+    double* bb = (double*)wkv_ref_alloc(T + 1, sizeof(double));
+    double* pp = (double*)wkv_ref_alloc(T + 1, sizeof(double));
     for (int64_t b = 0; b < in->B; b++)
         for (int64_t c = 0; c < C; c++) {
             ref4_channel(in, b, c, aa, bb, pp, y);
@@ -103,10 +94,10 @@ void wkv_ref_rwkv4_forward(const wkv_ref_rwkv4* in, double* y, double* sT) {
 void wkv_ref_rwkv4_backward(const wkv_ref_rwkv4* in, const double* dy, const double* dsT,
                             double* dw, double* du, double* dk, double* dv, double* ds0) {
     const int64_t T = in->T, C = in->C;
-    double* aa = (double*)ref4_alloc(T + 1, sizeof(double));
-    double* bb = (double*)ref4_alloc(T + 1, sizeof(double));
-    double* pp = (double*)ref4_alloc(T + 1, sizeof(double));
-    double* dwd = (double*)ref4_alloc(C, sizeof(double));
+    double* aa = (double*)wkv_ref_alloc(T + 1, sizeof(double));
+    double* bb = (double*)wkv_ref_alloc(T + 1, sizeof(double));
+    double* pp = (double*)wkv_ref_alloc(T + 1, sizeof(double));
+    double* dwd = (double*)wkv_ref_alloc(C, sizeof(double));
     for (int64_t c = 0; c < C; c++) du[c] = 0.0;
     for (int64_t b = 0; b < in->B; b++) {
         for (int64_t c = 0; c < C; c++) {

@@ -20,20 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ref_alloc.h"
 #include "wkv_reference.h"
 
 /* Tokens per recomputation chunk of the backward. */
 enum { WKV_REF_CHUNK = 64 };
-
-static void* ref_alloc(int64_t count, size_t elem) {
-    size_t n = (size_t)(count > 0 ? count : 1);
-    void* p = calloc(n, elem);
-    if (!p) {
-        fprintf(stderr, "libwkv reference: out of memory (%zu x %zu bytes)\n", n, elem);
-        abort();
-    }
-    return p;
-}
 
 /* Offset of element [b][t][h][0] of a contiguous [B,T,H,N] tensor. */
 static int64_t ref_tok(const wkv_ref_rwkv7* in, int64_t b, int64_t t, int64_t h) {
@@ -81,10 +72,10 @@ static void ref_initial_state(const wkv_ref_rwkv7* in, int64_t b, int64_t h, dou
 
 void wkv_ref_rwkv7_forward(const wkv_ref_rwkv7* in, double* y, double* sT) {
     const int64_t N = in->N, NN = N * N;
-    double* S = (double*)ref_alloc(NN, sizeof(double));
-    double* S_next = (double*)ref_alloc(NN, sizeof(double));
-    double* sa = (double*)ref_alloc(N, sizeof(double));
-    double* decay = (double*)ref_alloc(N, sizeof(double));
+    double* S = (double*)wkv_ref_alloc(NN, sizeof(double));
+    double* S_next = (double*)wkv_ref_alloc(NN, sizeof(double));
+    double* sa = (double*)wkv_ref_alloc(N, sizeof(double));
+    double* decay = (double*)wkv_ref_alloc(N, sizeof(double));
     for (int64_t b = 0; b < in->B; b++) {
         for (int64_t h = 0; h < in->H; h++) {
             ref_initial_state(in, b, h, S);
@@ -110,16 +101,16 @@ void wkv_ref_rwkv7_backward(const wkv_ref_rwkv7* in, const double* dy, const dou
     const int64_t N = in->N, NN = N * N, T = in->T;
     const int64_t num_chunks = (T + WKV_REF_CHUNK - 1) / WKV_REF_CHUNK;
     /* ckpt[c] = S_{c * CHUNK}, the state before token c * CHUNK. */
-    double* ckpt = (double*)ref_alloc((num_chunks + 1) * NN, sizeof(double));
+    double* ckpt = (double*)wkv_ref_alloc((num_chunks + 1) * NN, sizeof(double));
     /* states[u] = S_{t0 + u} for u = 0..CHUNK within the current chunk [t0, t1). */
-    double* states = (double*)ref_alloc((WKV_REF_CHUNK + 1) * NN, sizeof(double));
-    double* dS = (double*)ref_alloc(NN, sizeof(double));
-    double* dS_prev = (double*)ref_alloc(NN, sizeof(double));
-    double* S_tmp = (double*)ref_alloc(NN, sizeof(double));
-    double* sa = (double*)ref_alloc(N, sizeof(double));
-    double* dsa = (double*)ref_alloc(N, sizeof(double));
-    double* decay = (double*)ref_alloc(N, sizeof(double));
-    double* d_decay = (double*)ref_alloc(N, sizeof(double));
+    double* states = (double*)wkv_ref_alloc((WKV_REF_CHUNK + 1) * NN, sizeof(double));
+    double* dS = (double*)wkv_ref_alloc(NN, sizeof(double));
+    double* dS_prev = (double*)wkv_ref_alloc(NN, sizeof(double));
+    double* S_tmp = (double*)wkv_ref_alloc(NN, sizeof(double));
+    double* sa = (double*)wkv_ref_alloc(N, sizeof(double));
+    double* dsa = (double*)wkv_ref_alloc(N, sizeof(double));
+    double* decay = (double*)wkv_ref_alloc(N, sizeof(double));
+    double* d_decay = (double*)wkv_ref_alloc(N, sizeof(double));
 
     for (int64_t bi = 0; bi < in->B; bi++) {
         for (int64_t h = 0; h < in->H; h++) {
