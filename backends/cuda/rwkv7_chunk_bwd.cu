@@ -267,7 +267,8 @@ struct LocalSmem {
         DG = M + 5 * C * CT, DGP = DG + C * N, /* the log-decay gradient's G and Gp terms */
         GM = DGP + C * N, DGAM = GM + N, RED = DGAM + N, DGQ = RED + 2 * N, /* dgam's 4 partial sums [4][N] */
         ST = DGQ + 4 * N,                    /* a 16 x 16 staging tile per warp (stage_out) */
-        FLOATS = ST + (kLocalThreads / 32) * 256;
+        EG = ST + (kLocalThreads / 32) * 256, /* [C][N] e^G and e^-G, formed once by the scaling */
+        ENG = EG + C * N, FLOATS = ENG + C * N;
     static_assert(TOK % 4 == 0 && (SE % 4) == 0 && (M % 4) == 0 && (CT % 4) == 0 && (ST % 4) == 0, "float4 alignment");
 };
 
@@ -344,6 +345,7 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     float *sDG = sm + SM::DG, *sDGP = sm + SM::DGP, *sGam = sm + SM::GM, *sDgam = sm + SM::DGAM, *sRed = sm + SM::RED;
     float* sDgq = sm + SM::DGQ;
     float* sSt = sm + SM::ST + (threadIdx.x >> 5) * 256; /* the warp's staging tile */
+    float *sEG = sm + SM::EG, *sENG = sm + SM::ENG;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int64_t c = blockIdx.x % p.nc, sh = blockIdx.x / p.nc;
@@ -353,14 +355,23 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     /* the warp's tile of a C x N result: rows m0 .. m0 + 15, columns n0 .. n0 + 15 */
     const int m0 = 16 * (warp & 1), n0 = 16 * (warp >> 1);
 
-    /* tokens (zero past T), dY, S_e and dS_x */
+    /* S_e and dS_x by cp.async, issued first: their latency overlaps the token loads and the
+     * G scan (waited for before the barrier that ends the scan; first read after it) */
+    for (int e = tid; e < N * N / 4; e += NT) {
+        const int i = e / (N / 4), j = 4 * (e % (N / 4));
+        cp_async16(sSe + i * SS + j, ws + WS::L + 4 * e);
+        cp_async16(sDS + i * SS + j, dsx + 4 * e);
+    }
+    cp_async_commit();
+
+    /* tokens (zero past T), dY, the log decays g (G after the scan) and d log decay / dw */
     {
         const int j = tid % N, ig = tid / N;
         const int64_t br = s * p.r.s[0] + h * p.r.s[2] + j * p.r.s[3], bw = s * p.w.s[0] + h * p.w.s[2] + j * p.w.s[3];
         const int64_t bk = s * p.k.s[0] + h * p.k.s[2] + j * p.k.s[3], bv = s * p.v.s[0] + h * p.v.s[2] + j * p.v.s[3];
         const int64_t ba = s * p.a.s[0] + h * p.a.s[2] + j * p.a.s[3], bb = s * p.b.s[0] + h * p.b.s[2] + j * p.b.s[3];
         const int64_t bd = s * p.dy.s[0] + h * p.dy.s[2] + j * p.dy.s[3];
-#pragma unroll 2
+#pragma unroll 4
         for (int m = 0; m < RPT; ++m) {
             const int u = ig + RG * m;
             const int64_t t = min64(t0 + u, p.T - 1);
@@ -382,30 +393,39 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
             sDLW[u * N + j] = -kClampwC * (z * inv * inv);
         }
     }
-    for (int e = tid; e < N * N / 4; e += NT) {
-        const int i = e / (N / 4), j = 4 * (e % (N / 4));
-        *reinterpret_cast<float4*>(sSe + i * SS + j) = reinterpret_cast<const float4*>(ws + WS::L)[e];
-        *reinterpret_cast<float4*>(sDS + i * SS + j) = reinterpret_cast<const float4*>(dsx)[e];
-    }
     __syncthreads();
 
-    /* G and the scaled vectors, a column per thread */
+    /* G, the cumulative log decay: a column per thread, summed in token order (the serial part:
+     * 32 adds; the exponentials and the scaled vectors go to all threads below) */
     if (tid < N) {
         const int j = tid;
         float G = 0.0f;
-#pragma unroll 4
+#pragma unroll
         for (int u = 0; u < C; ++u) {
-            const float gp = G;
             G += sG[u * N + j];
             sG[u * N + j] = G;
+        }
+        sGam[j] = expf(G);
+    }
+    __syncthreads();
+
+    /* the scaled vectors, all threads: column tid % N, rows ig + RG m (as the staging) */
+    {
+        const int j = tid % N, ig = tid / N;
+#pragma unroll 4
+        for (int m = 0; m < RPT; ++m) {
+            const int u = ig + RG * m;
+            const float G = sG[u * N + j], gp = u > 0 ? sG[(u - 1) * N + j] : 0.0f;
             const float eg = expf(G), eni = expf(-G);
+            sEG[u * N + j] = eg;
+            sENG[u * N + j] = eni;
             sRe[u * TS + j] = sR[u * TS + j] * eg;
             sAe[u * TS + j] = sA[u * TS + j] * expf(gp);
             sBi[u * TS + j] = sB[u * TS + j] * eni;
             sKi[u * TS + j] = sK[u * TS + j] * eni;
         }
-        sGam[j] = expf(G);
     }
+    cp_async_wait_all(); /* S_e, dS_x */
     __syncthreads();
 
     /* Aab, Aak (s < t), Arb, Ark (s <= t), transposed, and Aab as is. Warp: the 16 rows m0 of
@@ -536,9 +556,8 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
-                    const float G = sG[t * N + j], Gp = t > 0 ? sG[(t - 1) * N + j] : 0.0f;
-                    ar[n][e] *= expf(G); /* dr */
-                    aa[n][e] *= expf(Gp); /* da */
+                    ar[n][e] *= sEG[t * N + j];                        /* dr */
+                    aa[n][e] *= t > 0 ? sEG[(t - 1) * N + j] : 1.0f; /* da: e^Gp, e^0 = 1 */
                     dGt[n][e] = sR[t * TS + j] * ar[n][e];
                     dGp[n][e] = sA[t * TS + j] * aa[n][e];
                 }
@@ -574,7 +593,7 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
-                    const float eni = expf(-sG[t * N + j]);
+                    const float eni = sENG[t * N + j];
                     ab[n][e] *= eni; /* db */
                     ak[n][e] *= eni; /* dk */
                     dGt[n][e] -= sB[t * TS + j] * ab[n][e] + sK[t * TS + j] * ak[n][e];
@@ -589,17 +608,26 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
 
     /* dL/dg_u = sum_{t >= u} dG_t + sum_{t > u} dGp_t (the chunk's last token also carries
      * G_L's terms), then dw = dg * d log decay / dw */
-    if (tid < N) {
+    if (tid < N) { /* the serial part: the suffix sums, dL/dg over DG in place */
         const int j = tid;
         float suf = sDgam[j] + sRed[j] + sRed[N + j], sufp = 0.0f;
-        const int64_t bo = s * p.dw.s[0] + h * p.dw.s[2] + (int64_t)j * p.dw.s[3];
-#pragma unroll 4
+#pragma unroll
         for (int u = C - 1; u >= 0; --u) {
             suf += sDG[u * N + j];
             const float dg = suf + sufp;
             sufp += sDGP[u * N + j];
+            sDG[u * N + j] = dg;
+        }
+    }
+    __syncthreads();
+    { /* dw, all threads: column tid % N, rows ig + RG m */
+        const int j = tid % N, ig = tid / N;
+        const int64_t bo = s * p.dw.s[0] + h * p.dw.s[2] + (int64_t)j * p.dw.s[3];
+#pragma unroll 4
+        for (int m = 0; m < RPT; ++m) {
+            const int u = ig + RG * m;
             const int64_t t = t0 + u;
-            elem::store_if(p.dw, bo + min64(t, p.T - 1) * p.dw.s[1], dg * sDLW[u * N + j], t < p.T);
+            elem::store_if(p.dw, bo + min64(t, p.T - 1) * p.dw.s[1], sDG[u * N + j] * sDLW[u * N + j], t < p.T);
         }
     }
 }
