@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kWalkRows * 16) rwkv7_chunk_bwd_walk_kernel(co
 
 /* ---- B3: the chunks' local gradients, products on tensor cores ---------------------------- */
 
-constexpr int kLocalThreads = 256;
+constexpr int kLocalThreads = 512; /* 16 warps: two per 16 x 16 tile of a C x N result (NOTES v26) */
 
 /* Every matrix product of B3 runs as mma.sync m16n8k8 with TF32 operands and float32
  * accumulation (NOTES.md, v21). P = 1: operands rounded to TF32 (10-bit mantissa; the design's
@@ -260,11 +260,12 @@ struct LocalSmem {
     static constexpr int N = kN, C = kC, TS = N + 4, SS = N + 4, CT = C + 4, TOK = C * TS;
     static constexpr int R = 0, A = R + TOK, B = A + TOK, K = B + TOK, RE = K + TOK, AE = RE + TOK, BI = AE + TOK,
                          KI = BI + TOK, V = KI + TOK, DY = V + TOK, U = DY + TOK, DX = U + TOK,
-                         G = DX + TOK,       /* [C][N] G_t (cumulative log decay) */
+                         G = DX + TOK,       /* [C][N] G_t (cumulative log decay); later the log-decay gradient's G terms */
         DLW = G + C * N,                     /* [C][N] d log decay / d w */
         SE = DLW + C * N, DS = SE + N * SS,  /* S_e, then dS_x o gamma (per column) [N][SS] */
         M = DS + N * SS,                     /* AabT, AakT, ArbT, ArkT, Aab: 5 x [C][CT]; then dM */
-        DG = M + 5 * C * CT, DGP = DG + C * N, /* the log-decay gradient's G and Gp terms */
+        DG = G, DGP = M + 5 * C * CT,        /* the log-decay gradient's G terms (over G, dead since the
+                                              * scaling: e^G and e^-G are kept) and its Gp terms */
         GM = DGP + C * N, DGAM = GM + N, RED = DGAM + N, DGQ = RED + 2 * N, /* dgam's 4 partial sums [4][N] */
         ST = DGQ + 4 * N,                    /* a 16 x 16 staging tile per warp (stage_out) */
         EG = ST + (kLocalThreads / 32) * 256, /* [C][N] e^G and e^-G, formed once by the scaling */
@@ -327,11 +328,11 @@ __device__ __forceinline__ void stage_out(float* st, const float (&acc)[2][4], c
 }
 
 template <int P>
-__global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(const __grid_constant__ Rwkv7ChunkBwdParams p) {
+__global__ void __launch_bounds__(kLocalThreads, 1) rwkv7_chunk_bwd_local_kernel(const __grid_constant__ Rwkv7ChunkBwdParams p) {
     using SM = LocalSmem;
     constexpr int N = kN, C = kC, NT = kLocalThreads, TS = SM::TS, SS = SM::SS, CT = SM::CT;
     constexpr int RG = NT / N, RPT = C / RG; /* staging: column tid % N, rows ig + RG m */
-    static_assert(NT == 256 && NT % N == 0 && C % RG == 0, "8 warps: 2 x 4 tiles of 16 x 16 over C x N");
+    static_assert(NT == 512 && NT % N == 0 && C % RG == 0, "16 warps: two per 16 x 16 tile (2 x 4) of C x N");
     extern __shared__ float4 smem4[];
     float* sm = reinterpret_cast<float*>(smem4);
     float *sR = sm + SM::R, *sA = sm + SM::A, *sB = sm + SM::B, *sK = sm + SM::K;
@@ -352,8 +353,9 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     const int64_t h = sh % p.H, s = sh / p.H, t0 = c * C;
     const float* ws = p.ws + (size_t)blockIdx.x * WS::FLOATS;
     const float* dsx = p.ds + (size_t)blockIdx.x * kDsFloats;
-    /* the warp's tile of a C x N result: rows m0 .. m0 + 15, columns n0 .. n0 + 15 */
-    const int m0 = 16 * (warp & 1), n0 = 16 * (warp >> 1);
+    /* the warp's tile of a C x N result: rows m0 .. m0 + 15, columns n0 .. n0 + 15; warps w and
+     * w + 8 share a tile (each computes a different product of it) */
+    const int w8 = warp & 7, hi = warp >> 3, m0 = 16 * (w8 & 1), n0 = 16 * (w8 >> 1);
 
     /* S_e and dS_x by cp.async, issued first: their latency overlaps the token loads and the
      * G scan (waited for before the barrier that ends the scan; first read after it) */
@@ -429,32 +431,35 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     __syncthreads();
 
     /* Aab, Aak (s < t), Arb, Ark (s <= t), transposed, and Aab as is. Warp: the 16 rows m0 of
-     * X Y^T, X = Ae | Re, Y = Bi | Ki (matrix mi = 2 x + y). Also dS_x o gamma in place, and
-     * dgam's column sums as 4 partials per column (all 256 threads, not 64 down whole columns). */
+     * X Y^T, X = Ae | Re, Y = Bi | Ki (matrix mi = 2 x + y), columns 16 hi .. 16 hi + 15. Also
+     * dS_x o gamma in place, and dgam's column sums as 4 partials per column (the first 256
+     * threads, not 64 down whole columns). */
     {
-        const int x = (warp >> 1) & 1, y = warp >> 2, mi = 2 * x + y;
-        float acc[4][4];
+        const int x = (warp >> 1) & 1, y = (warp >> 2) & 1, mi = 2 * x + y;
+        float acc[2][4];
         zero(acc);
-        mma_acc<P>(acc, (x ? sRe : sAe) + m0 * TS, TS, 1, y ? sKi : sBi, 1, TS, 0, N);
+        mma_acc<P>(acc, (x ? sRe : sAe) + m0 * TS, TS, 1, (y ? sKi : sBi) + 16 * hi * TS, 1, TS, 0, N);
 #pragma unroll
-        for (int n = 0; n < 4; ++n)
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int t = m0 + g + 8 * (e >> 1), sj = 8 * n + 2 * q + (e & 1);
+                const int t = m0 + g + 8 * (e >> 1), sj = 16 * hi + 8 * n + 2 * q + (e & 1);
                 const float val = (mi < 2 ? sj < t : sj <= t) ? acc[n][e] : 0.0f;
                 sM[mi * C * CT + sj * CT + t] = val;
                 if (mi == 0) sM[4 * C * CT + t * CT + sj] = val;
             }
-        const int j = tid % N; /* column j, rows tid / N + 4 m */
-        const float gam = sGam[j];
-        float part = 0.0f;
+        if (tid < 4 * N) {
+            const int j = tid % N; /* column j, rows tid / N + 4 m */
+            const float gam = sGam[j];
+            float part = 0.0f;
 #pragma unroll 4
-        for (int i = tid / N; i < N; i += NT / N) {
-            const float dsg = sDS[i * SS + j] * gam;
-            part = fmaf(sSe[i * SS + j], dsg, part);
-            sDS[i * SS + j] = dsg;
+            for (int i = tid / N; i < N; i += 4) {
+                const float dsg = sDS[i * SS + j] * gam;
+                part = fmaf(sSe[i * SS + j], dsg, part);
+                sDS[i * SS + j] = dsg;
+            }
+            sDgq[tid] = part;
         }
-        sDgq[tid] = part;
     }
     __syncthreads();
 
@@ -464,19 +469,18 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     {
         float acc[2][4];
         zero(acc);
-        mma_acc<P>(acc, sAe + m0 * TS, TS, 1, sSe + n0 * SS, 1, SS, 0, N);
-        mma_acc<P>(acc, AakT + m0, 1, CT, sV + n0, TS, 1, 0, m0 + 16);
+        if (hi == 0) { /* U0 */
+            mma_acc<P>(acc, sAe + m0 * TS, TS, 1, sSe + n0 * SS, 1, SS, 0, N);
+            mma_acc<P>(acc, AakT + m0, 1, CT, sV + n0, TS, 1, 0, m0 + 16);
+        } else { /* dU */
+            mma_acc<P>(acc, ArbT + m0 * CT, CT, 1, sDY + n0, TS, 1, m0, C);
+            mma_acc<P>(acc, sBi + m0 * TS, TS, 1, sDS + n0 * SS, 1, SS, 0, N);
+        }
+        float* dst = hi == 0 ? sU : sDX;
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) sU[(m0 + g + 8 * (e >> 1)) * TS + n0 + 8 * n + 2 * q + (e & 1)] = acc[n][e];
-        zero(acc);
-        mma_acc<P>(acc, ArbT + m0 * CT, CT, 1, sDY + n0, TS, 1, m0, C);
-        mma_acc<P>(acc, sBi + m0 * TS, TS, 1, sDS + n0 * SS, 1, SS, 0, N);
-#pragma unroll
-        for (int n = 0; n < 2; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sDX[(m0 + g + 8 * (e >> 1)) * TS + n0 + 8 * n + 2 * q + (e & 1)] = acc[n][e];
+            for (int e = 0; e < 4; ++e) dst[(m0 + g + 8 * (e >> 1)) * TS + n0 + 8 * n + 2 * q + (e & 1)] = acc[n][e];
     }
     __syncthreads();
 
@@ -507,102 +511,112 @@ __global__ void __launch_bounds__(kLocalThreads) rwkv7_chunk_bwd_local_kernel(co
     }
     __syncthreads();
 
-    /* dv = Ark^T dY + Aak^T dX + Kh dS_x^T (value column i) */
+    /* warps 0-7: dv = Ark^T dY + Aak^T dX + Kh dS_x^T (value column i); meanwhile warps 8-15:
+     * dArb = tril(dY U^T), dArk = tril(dY V^T), dAab = stril(dX U^T), dAak = stril(dX V^T), the
+     * warp's rows m0 of X Y^T, X = dY | dX, Y = U | V (matrix mi = 2 x + y), held in registers
+     * until the forward matrices (read by dv) are done, then written over them */
     {
-        float acc[2][4];
-        zero(acc);
-        mma_acc<P>(acc, ArkT + m0 * CT, CT, 1, sDY + n0, TS, 1, m0, C);
-        mma_acc<P>(acc, AakT + m0 * CT, CT, 1, sDX + n0, TS, 1, m0, C);
-        mma_acc<P>(acc, sKi + m0 * TS, TS, 1, sDS + n0 * SS, 1, SS, 0, N);
-        stage_out(sSt, acc, p.dv, s * p.dv.s[0] + h * p.dv.s[2], t0 + m0, n0, p.T);
-    }
-    __syncthreads(); /* the forward matrices are done: dM goes over them */
-
-    /* dArb = tril(dY U^T), dArk = tril(dY V^T), dAab = stril(dX U^T), dAak = stril(dX V^T):
-     * warp's rows m0 of X Y^T, X = dY | dX, Y = U | V (matrix mi = 2 x + y) */
-    {
-        const int x = (warp >> 1) & 1, y = warp >> 2, mi = 2 * x + y;
+        const int x = (warp >> 1) & 1, y = (warp >> 2) & 1, mi = 2 * x + y;
         float acc[4][4];
         zero(acc);
-        mma_acc<P>(acc, (x ? sDX : sDY) + m0 * TS, TS, 1, y ? sV : sU, 1, TS, 0, N);
+        if (hi == 0) {
+            float dv[2][4];
+            zero(dv);
+            mma_acc<P>(dv, ArkT + m0 * CT, CT, 1, sDY + n0, TS, 1, m0, C);
+            mma_acc<P>(dv, AakT + m0 * CT, CT, 1, sDX + n0, TS, 1, m0, C);
+            mma_acc<P>(dv, sKi + m0 * TS, TS, 1, sDS + n0 * SS, 1, SS, 0, N);
+            stage_out(sSt, dv, p.dv, s * p.dv.s[0] + h * p.dv.s[2], t0 + m0, n0, p.T);
+        } else {
+            mma_acc<P>(acc, (x ? sDX : sDY) + m0 * TS, TS, 1, y ? sV : sU, 1, TS, 0, N);
+        }
+        __syncthreads(); /* the forward matrices are done: dM goes over them */
+        if (hi != 0) {
 #pragma unroll
-        for (int n = 0; n < 4; ++n)
+            for (int n = 0; n < 4; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int t = m0 + g + 8 * (e >> 1), sj = 8 * n + 2 * q + (e & 1);
-                sM[mi * C * CT + t * CT + sj] = (mi < 2 ? sj <= t : sj < t) ? acc[n][e] : 0.0f;
-            }
+                for (int e = 0; e < 4; ++e) {
+                    const int t = m0 + g + 8 * (e >> 1), sj = 8 * n + 2 * q + (e & 1);
+                    sM[mi * C * CT + t * CT + sj] = (mi < 2 ? sj <= t : sj < t) ? acc[n][e] : 0.0f;
+                }
+        }
     }
     __syncthreads();
 
-    /* the token gradients of the warp's tile (token t, key column j):
+    /* the token gradients of the warp's tile (token t, key column j), warps 0-7 dr and da,
+     * warps 8-15 db and dk:
      *   dr = e^G (dY S_e + dArb Bi + dArk Ki),  da = e^Gp (dX S_e + dAab Bi + dAak Ki),
      *   db = e^-G (U dSg + dArb^T Re + dAab^T Ae),  dk = e^-G (V dSg + dArk^T Re + dAak^T Ae)
-     * with dSg = dS_x o gamma; the log-decay gradient's per-token terms stay in registers */
-    {
-        float dGt[2][4], dGp[2][4];
-        {
-            float ar[2][4], aa[2][4];
-            zero(ar);
-            zero(aa);
-            mma_acc<P>(ar, sDY + m0 * TS, TS, 1, sSe + n0, SS, 1, 0, N);
-            mma_acc<P>(ar, dArb + m0 * CT, CT, 1, sBi + n0, TS, 1, 0, m0 + 16);
-            mma_acc<P>(ar, dArk + m0 * CT, CT, 1, sKi + n0, TS, 1, 0, m0 + 16);
-            mma_acc<P>(aa, sDX + m0 * TS, TS, 1, sSe + n0, SS, 1, 0, N);
-            mma_acc<P>(aa, dAab + m0 * CT, CT, 1, sBi + n0, TS, 1, 0, m0 + 16);
-            mma_acc<P>(aa, dAak + m0 * CT, CT, 1, sKi + n0, TS, 1, 0, m0 + 16);
+     * with dSg = dS_x o gamma; the log-decay gradient's per-token terms: r dr and a da into DG
+     * and DGP, b db + k dk kept in registers and taken off DG after a barrier */
+    float dGb[2][4];
+    if (hi == 0) {
+        float ar[2][4], aa[2][4];
+        zero(ar);
+        zero(aa);
+        mma_acc<P>(ar, sDY + m0 * TS, TS, 1, sSe + n0, SS, 1, 0, N);
+        mma_acc<P>(ar, dArb + m0 * CT, CT, 1, sBi + n0, TS, 1, 0, m0 + 16);
+        mma_acc<P>(ar, dArk + m0 * CT, CT, 1, sKi + n0, TS, 1, 0, m0 + 16);
+        mma_acc<P>(aa, sDX + m0 * TS, TS, 1, sSe + n0, SS, 1, 0, N);
+        mma_acc<P>(aa, dAab + m0 * CT, CT, 1, sBi + n0, TS, 1, 0, m0 + 16);
+        mma_acc<P>(aa, dAak + m0 * CT, CT, 1, sKi + n0, TS, 1, 0, m0 + 16);
 #pragma unroll
-            for (int n = 0; n < 2; ++n)
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
-                    ar[n][e] *= sEG[t * N + j];                        /* dr */
-                    aa[n][e] *= t > 0 ? sEG[(t - 1) * N + j] : 1.0f; /* da: e^Gp, e^0 = 1 */
-                    dGt[n][e] = sR[t * TS + j] * ar[n][e];
-                    dGp[n][e] = sA[t * TS + j] * aa[n][e];
-                }
-            stage_out(sSt, ar, p.dr, s * p.dr.s[0] + h * p.dr.s[2], t0 + m0, n0, p.T);
-            stage_out(sSt, aa, p.da, s * p.da.s[0] + h * p.da.s[2], t0 + m0, n0, p.T);
-        }
-        {
-            float ab[2][4], ak[2][4];
-            zero(ab);
-            zero(ak);
-            mma_acc<P>(ab, sU + m0 * TS, TS, 1, sDS + n0, SS, 1, 0, N);
-            mma_acc<P>(ak, sV + m0 * TS, TS, 1, sDS + n0, SS, 1, 0, N);
-            /* dgam's part through G_L: sum over the tile's tokens of dBh o Bh + dKh o Kh (gamma
-             * in dSg), then over the 8 lanes of a column (g), one partial per row tile */
-            float red[2][2];
+            for (int e = 0; e < 4; ++e) {
+                const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
+                ar[n][e] *= sEG[t * N + j];                        /* dr */
+                aa[n][e] *= t > 0 ? sEG[(t - 1) * N + j] : 1.0f; /* da: e^Gp, e^0 = 1 */
+                sDG[t * N + j] = sR[t * TS + j] * ar[n][e];
+                sDGP[t * N + j] = sA[t * TS + j] * aa[n][e];
+            }
+        stage_out(sSt, ar, p.dr, s * p.dr.s[0] + h * p.dr.s[2], t0 + m0, n0, p.T);
+        stage_out(sSt, aa, p.da, s * p.da.s[0] + h * p.da.s[2], t0 + m0, n0, p.T);
+    } else {
+        float ab[2][4], ak[2][4];
+        zero(ab);
+        zero(ak);
+        mma_acc<P>(ab, sU + m0 * TS, TS, 1, sDS + n0, SS, 1, 0, N);
+        mma_acc<P>(ak, sV + m0 * TS, TS, 1, sDS + n0, SS, 1, 0, N);
+        /* dgam's part through G_L: sum over the tile's tokens of dBh o Bh + dKh o Kh (gamma
+         * in dSg), then over the 8 lanes of a column (g), one partial per row tile */
+        float red[2][2];
 #pragma unroll
-            for (int n = 0; n < 2; ++n)
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int j = n0 + 8 * n + 2 * q + e;
-                    red[n][e] = ab[n][e] * sBi[(m0 + g) * TS + j] + ak[n][e] * sKi[(m0 + g) * TS + j] +
-                                ab[n][e + 2] * sBi[(m0 + g + 8) * TS + j] + ak[n][e + 2] * sKi[(m0 + g + 8) * TS + j];
+            for (int e = 0; e < 2; ++e) {
+                const int j = n0 + 8 * n + 2 * q + e;
+                red[n][e] = ab[n][e] * sBi[(m0 + g) * TS + j] + ak[n][e] * sKi[(m0 + g) * TS + j] +
+                            ab[n][e + 2] * sBi[(m0 + g + 8) * TS + j] + ak[n][e + 2] * sKi[(m0 + g + 8) * TS + j];
 #pragma unroll
-                    for (int o = 4; o < 32; o <<= 1) red[n][e] += __shfl_xor_sync(0xffffffffu, red[n][e], o);
-                    if (g == 0) sRed[(m0 / 16) * N + j] = red[n][e];
-                }
-            mma_acc<P>(ab, dArb + m0, 1, CT, sRe + n0, TS, 1, m0, C);
-            mma_acc<P>(ab, dAab + m0, 1, CT, sAe + n0, TS, 1, m0, C);
-            mma_acc<P>(ak, dArk + m0, 1, CT, sRe + n0, TS, 1, m0, C);
-            mma_acc<P>(ak, dAak + m0, 1, CT, sAe + n0, TS, 1, m0, C);
+                for (int o = 4; o < 32; o <<= 1) red[n][e] += __shfl_xor_sync(0xffffffffu, red[n][e], o);
+                if (g == 0) sRed[(m0 / 16) * N + j] = red[n][e];
+            }
+        mma_acc<P>(ab, dArb + m0, 1, CT, sRe + n0, TS, 1, m0, C);
+        mma_acc<P>(ab, dAab + m0, 1, CT, sAe + n0, TS, 1, m0, C);
+        mma_acc<P>(ak, dArk + m0, 1, CT, sRe + n0, TS, 1, m0, C);
+        mma_acc<P>(ak, dAak + m0, 1, CT, sAe + n0, TS, 1, m0, C);
 #pragma unroll
-            for (int n = 0; n < 2; ++n)
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
-                    const float eni = sENG[t * N + j];
-                    ab[n][e] *= eni; /* db */
-                    ak[n][e] *= eni; /* dk */
-                    dGt[n][e] -= sB[t * TS + j] * ab[n][e] + sK[t * TS + j] * ak[n][e];
-                    sDG[t * N + j] = dGt[n][e];
-                    sDGP[t * N + j] = dGp[n][e];
-                }
-            stage_out(sSt, ab, p.db, s * p.db.s[0] + h * p.db.s[2], t0 + m0, n0, p.T);
-            stage_out(sSt, ak, p.dk, s * p.dk.s[0] + h * p.dk.s[2], t0 + m0, n0, p.T);
-        }
+            for (int e = 0; e < 4; ++e) {
+                const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
+                const float eni = sENG[t * N + j];
+                ab[n][e] *= eni; /* db */
+                ak[n][e] *= eni; /* dk */
+                dGb[n][e] = sB[t * TS + j] * ab[n][e] + sK[t * TS + j] * ak[n][e];
+            }
+        stage_out(sSt, ab, p.db, s * p.db.s[0] + h * p.db.s[2], t0 + m0, n0, p.T);
+        stage_out(sSt, ak, p.dk, s * p.dk.s[0] + h * p.dk.s[2], t0 + m0, n0, p.T);
+    }
+    __syncthreads(); /* r dr in DG */
+    if (hi != 0) {
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = m0 + g + 8 * (e >> 1), j = n0 + 8 * n + 2 * q + (e & 1);
+                sDG[t * N + j] -= dGb[n][e];
+            }
     }
     __syncthreads();
 
