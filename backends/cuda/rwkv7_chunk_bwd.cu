@@ -17,9 +17,12 @@
  *   B2 rwkv7_chunk_bwd_walk_kernel, one block per (sequence, head, 16 value rows), last chunk
  *      first from dstate_out: dS_e = dS_x o gamma + (dS_x Bh^T) W + Ld; each chunk's dS_x
  *      replaces its Ld rows in DS (read first); the first chunk's dS_e is dstate_in;
- *   B3 rwkv7_chunk_bwd_local_kernel, one block per (sequence, head, chunk): the chunk's token
- *      gradients from S_e, dS_x, dY and the inputs (the spec's backward_local), the decay
- *      gradient by the log route (dlog_decay_suffix: exact enough where decay >= 0.545).
+ *   B3 rwkv7_chunk_bwd_local_kernel, one block of 16 warps per (sequence, head, chunk): the
+ *      chunk's token gradients from S_e, dS_x, dY and the inputs (the spec's backward_local),
+ *      the decay gradient by the log route (dlog_decay_suffix: exact enough where decay >=
+ *      0.545). Two warps per 16 x 16 tile of each C x N result, each with its own products; the
+ *      serial parts (G's sum, the two column walks, dG's suffix sums) one thread per column,
+ *      everything around them over the whole block (NOTES v26).
  * Decays as in the forward: exp(G_t - G_s) = exp(G_t) exp(-G_s) (CLAMPW keeps exp(-G) finite).
  * Every pair gradient is then a plain product: with re = r e^G, ae = a e^Gp, bi = b e^-G,
  * ki = k e^-G,  dr_t = e^G_t (dRe_t + sum_s dArb[t,s] bi_s + dArk[t,s] ki_s),
