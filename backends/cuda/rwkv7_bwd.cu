@@ -110,8 +110,7 @@ constexpr int kMaxK1 = 8; /* pass A prefetches a whole segment into registers */
 template <int N>
 constexpr bool kRowPassA = N != 128;
 
-/* Gradient views stored alike: the same dtype and strides (the usual training call), so one
- * offset serves all six. */
+/* Two gradient views stored alike (dtype and strides): the write-out's one offset serves both. */
 __device__ __forceinline__ bool same_layout(const DevView& a, const DevView& b) {
     return a.elem == b.elem && a.s[0] == b.s[0] && a.s[1] == b.s[1] && a.s[2] == b.s[2] && a.s[3] == b.s[3];
 }
@@ -121,7 +120,7 @@ template <> __device__ __forceinline__ float to_elem<float>(float x) { return x;
 template <> __device__ __forceinline__ __half to_elem<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 to_elem<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-template <int N, int V = 0>
+template <int N>
 __global__ void __launch_bounds__(bwd_threads(N), 1)
     rwkv7_backward_kernel(const __grid_constant__ Rwkv7BwdParams p) {
     using T = typename BwdTile<N>::T;
@@ -295,40 +294,34 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         return pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + c * v.s[3];
     };
 
-    /* (V & 1) the six gradient views alike (one offset serves all in the write-out) */
+    /* the six gradient views alike (the usual training call): the write-out's fast path */
     const bool same6 = same_layout(p.dr, p.dw) && same_layout(p.dr, p.dk) && same_layout(p.dr, p.dv) &&
                        same_layout(p.dr, p.da) && same_layout(p.dr, p.db);
     /* the replay's state stores (row quads, see BwdLayout): this thread's quad (R = 2: half of
      * one) and 4 swz(4 q) */
     const int st_off = R == 4 ? 4 * rg * QS : 4 * (rg >> 1) * QS + 2 * (rg & 1);
     const int k4 = 4 * ((4 * q) ^ q);
-    /* staging: a segment's tokens, PB per thread (column sj, tokens su + TPJ x), all loads first
-     * (no branch, clamped token), then guarded stores. (V & 2) The next segment's loads are issued
-     * right after this segment's stores, so their round trip overlaps the segment's walk. */
-    constexpr int PB = kMaxK1 / TPJ;
-    static_assert(PB <= 4, "staging registers");
-    float lr[PB], lw[PB], lk[PB], lv[PB], la[PB], lb[PB], ldy[PB];
-    auto stage_load = [&](int64_t ts_, int m_) {
-#pragma unroll
-        for (int x = 0; x < PB; ++x) {
-            const int u = su + TPJ * x;
-            const int64_t t = ts_ + (u < m_ ? u : m_ - 1);
-            load_token(p, col, t, lr[x], lw[x], lk[x], lv[x], la[x], lb[x]);
-            ldy[x] = elem::load(p.dy, ioff(p.dy, bdy, t));
-        }
-    };
-    if ((V & 2) && nseg > 0) stage_load(t0 + (nseg - 1) * K1, (int)min64(K1, t1 - (t0 + (nseg - 1) * K1)));
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = t0 + g * K1;
         const int m = (int)min64(K1, t1 - ts);
         __syncthreads();
         if (CK_SMEM && g == nseg - 1) fetch_ckpt(g); /* later segments': during the one before */
         {
-            if (!(V & 2)) stage_load(ts, m);
-            {
+            /* staging: per group of tokens, all loads first (no branch), then guarded stores */
+            constexpr int PB = kMaxK1 / TPJ, SG = PB < 4 ? PB : 4;
 #pragma unroll
-                for (int x = 0; x < PB; ++x) {
-                    const int u = su + TPJ * x;
+            for (int x0 = 0; x0 < PB; x0 += SG) {
+                float lr[SG], lw[SG], lk[SG], lv[SG], la[SG], lb[SG], ldy[SG];
+#pragma unroll
+                for (int x = 0; x < SG; ++x) {
+                    const int u = su + TPJ * (x0 + x);
+                    const int64_t t = ts + (u < m ? u : m - 1);
+                    load_token(p, col, t, lr[x], lw[x], lk[x], lv[x], la[x], lb[x]);
+                    ldy[x] = elem::load(p.dy, ioff(p.dy, bdy, t));
+                }
+#pragma unroll
+                for (int x = 0; x < SG; ++x) {
+                    const int u = su + TPJ * (x0 + x);
                     if (u < m) {
                         float ddw;
                         tokv(u, T_D)[sj] = decay_of(p.form, lw[x], &ddw);
@@ -341,10 +334,6 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                         tokv(u, T_DY)[sj] = ldy[x];
                     }
                 }
-            }
-            if (V & 2) { /* segment g - 1 (segment 0 again after the last: unused) */
-                const int64_t tn = t0 + (g > 0 ? g - 1 : 0) * K1;
-                stage_load(tn, (int)min64(K1, t1 - tn));
             }
         }
         if constexpr (CK_SMEM) elem::cp_async_wait_all();
@@ -556,9 +545,12 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 }
             }
             __syncthreads();
-            if ((V & 1) && same6) {
-                /* thread (su, sj) writes column sj of the window's tokens su, su + TPJ, ..:
-                 * one 64-bit offset per token for all six, the dtype branch once */
+            /* the window's gradients, by the whole block. Views alike: thread (su, sj) writes
+             * column sj of tokens su, su + TPJ, .. (NT is a multiple of N), one 64-bit offset per
+             * token for all six, the dtype branch once around the loop. The general form (an
+             * offset per view and element, a dtype branch per store) cost 12.7% of the stall
+             * samples for 8% of the instructions; this form is -7% at N = 64 (NOTES v26). */
+            if (same6) {
                 const int64_t tb = ts + u0;
                 const int64_t ocol = pos.batch * p.dr.s[0] + pos.h * p.dr.s[2] + (int64_t)sj * p.dr.s[3];
                 auto wout = [&](auto e0) {
@@ -578,50 +570,27 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 case 1: wout(__half()); break;
                 default: wout(__nv_bfloat16()); break;
                 }
-            } else
-            /* the window's gradients, by the whole block: thread -> (token, column) */
-            for (int e = tid; e < mu * N; e += T::NT) {
-                const int xx = e / N, j = e % N;
-                const int64_t t = ts + u0 + xx;
-                store_elem(p.dr, goff(p.dr, t, j), outv(xx, O_DR)[j]);
-                store_elem(p.dw, goff(p.dw, t, j), outv(xx, O_DW)[j]);
-                store_elem(p.dk, goff(p.dk, t, j), outv(xx, O_DK)[j]);
-                store_elem(p.dv, goff(p.dv, t, j), outv(xx, O_DV)[j]);
-                store_elem(p.da, goff(p.da, t, j), outv(xx, O_DA)[j]);
-                store_elem(p.db, goff(p.db, t, j), outv(xx, O_DB)[j]);
+            } else {
+                for (int e = tid; e < mu * N; e += T::NT) { /* thread -> (token, column) */
+                    const int xx = e / N, j = e % N;
+                    const int64_t t = ts + u0 + xx;
+                    store_elem(p.dr, goff(p.dr, t, j), outv(xx, O_DR)[j]);
+                    store_elem(p.dw, goff(p.dw, t, j), outv(xx, O_DW)[j]);
+                    store_elem(p.dk, goff(p.dk, t, j), outv(xx, O_DK)[j]);
+                    store_elem(p.dv, goff(p.dv, t, j), outv(xx, O_DV)[j]);
+                    store_elem(p.da, goff(p.da, t, j), outv(xx, O_DA)[j]);
+                    store_elem(p.db, goff(p.db, t, j), outv(xx, O_DB)[j]);
+                }
             }
         }
     }
     store_state_rows<T>(p.dstate_in, pos.s, pos.h, rg, q, dSr);
 }
 
-/* EXPERIMENT (v26, removed once decided): WKV_CUDA_RWKV7_BWD_V picks the variant. */
-int bwd_variant() {
-    static const int v = [] {
-        const char* e = std::getenv("WKV_CUDA_RWKV7_BWD_V");
-        return e ? std::atoi(e) : 0;
-    }();
-    return v;
-}
-
 template <int N>
 int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_t stream) {
-    switch (bwd_variant()) {
-    case 1: rwkv7_backward_kernel<N, 1><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p); break;
-    case 2: rwkv7_backward_kernel<N, 2><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p); break;
-    case 3: rwkv7_backward_kernel<N, 3><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p); break;
-    default: rwkv7_backward_kernel<N, 0><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p); break;
-    }
+    rwkv7_backward_kernel<N><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p);
     return (int)cudaGetLastError();
-}
-
-template <int N>
-int prepare_bwd(int bytes) {
-    int e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == 0) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == 0) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == 0) e = (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    return e;
 }
 
 } // namespace
@@ -650,9 +619,9 @@ int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t
 int rwkv7_prepare_backward(int N, size_t smem) {
     const int bytes = (int)smem;
     switch (N) {
-    case 32: return prepare_bwd<32>(bytes);
-    case 64: return prepare_bwd<64>(bytes);
-    case 128: return prepare_bwd<128>(bytes);
+    case 32: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 64: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 128: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     default: return (int)cudaErrorInvalidValue;
     }
 }
