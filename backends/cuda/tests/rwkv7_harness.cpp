@@ -44,9 +44,10 @@ Results run_backend(wkv_backend backend, const Config& c, const Rwkv7Data& d,
     HostTensor ds_out = state_tensor(c, S), ds_in = state_tensor(c, S);
     if (c.dstate_out) fill_input(ds_out, to_lib_state(c, S, dsT));
     std::vector<HostTensor> g(6);
-    for (HostTensor& t : g) {
-        t = token_tensor(c, c.dtype);
-        t.poison();
+    for (size_t i = 0; i < g.size(); i++) {
+        const Layout own = c.layout == Layout::PaddedT ? Layout::Contiguous : Layout::PaddedT;
+        g[i] = i == 2 && c.dk_own_layout ? token_tensor(c.dtype, c.B, c.T, c.H, c.N, own) : token_tensor(c, c.dtype);
+        g[i].poison();
     }
     ds_in.poison();
     std::vector<std::vector<unsigned char>> inputs_before;

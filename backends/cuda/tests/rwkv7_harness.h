@@ -23,6 +23,9 @@ struct Config : Rwkv7Config {
         N = 64;
         state_in = state_out = dstate_out = dstate_in = true;
     }
+    // dk in another layout than the other five gradients (PaddedT, or Contiguous when the
+    // case's layout is PaddedT): the backward's general write-out, not its views-alike path
+    bool dk_own_layout = false;
 };
 
 struct Results {

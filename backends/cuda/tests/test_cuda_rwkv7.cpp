@@ -68,7 +68,7 @@ TEST_CASE("cuda: every dtype and decay form at N=64, T=33 (two checkpoint segmen
         }
 }
 
-TEST_CASE("cuda: strided views, broadcast w, padded and key-major states, in-place state") {
+TEST_CASE("cuda: strided views, broadcast w, padded and key-major states, in-place state, gradients in two layouts") {
     CUDA_TEST_OR_SKIP();
     const uint64_t seed = test_seed();
     int n = 0;
@@ -86,6 +86,7 @@ TEST_CASE("cuda: strided views, broadcast w, padded and key-major states, in-pla
             c.padded_state = variant == 2 || variant == 3;
             c.key_major = variant == 2 || variant == 0;
             c.in_place = variant == 3;
+            c.dk_own_layout = variant == 1;
             check_config(c, seed + 200 + (uint64_t)n++);
         }
 }
