@@ -549,7 +549,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
              * column sj of tokens su, su + TPJ, .. (NT is a multiple of N), one 64-bit offset per
              * token for all six, the dtype branch once around the loop. The general form (an
              * offset per view and element, a dtype branch per store) cost 12.7% of the stall
-             * samples for 8% of the instructions; this form is -7% at N = 64 (NOTES v27). */
+             * samples for 8% of the instructions; this form is -7% at N = 64 (NOTES v28). */
             if (same6) {
                 const int64_t tb = ts + u0;
                 const int64_t ocol = pos.batch * p.dr.s[0] + pos.h * p.dr.s[2] + (int64_t)sj * p.dr.s[3];
