@@ -298,6 +298,10 @@ struct DecodeViews {
     __device__ int form() const { return p.form; }
 };
 
+/* A zero state row (the largest N) in global memory, never written: the dense decode's rows when
+ * state_in is absent. Not const, so that the compiler cannot fold the loads back into a branch. */
+__device__ __align__(16) float g_zero_row[128];
+
 template <int N, int E> /* E: wkv_elem of the token tensors (0 f32, 1 f16, 2 bf16) */
 struct DecodeDense {
     const Rwkv7DecodeDense& p;
@@ -309,24 +313,21 @@ struct DecodeDense {
         else if constexpr (E == 1) return __half2float(static_cast<const __half*>(p.x[f])[i]);
         else return __bfloat162float(static_cast<const __nv_bfloat16*>(p.x[f])[i]);
     }
-    /* rows rg R.., float4 groups g L + q of the row-major N x N slice (load_state_rows' tile) */
+    /* rows rg R.., float4 groups g L + q of the row-major N x N slice (load_state_rows' tile).
+     * No branch: without state_in every row reads g_zero_row. Behind a branch (main until v26)
+     * the state loads were issued ~35 instructions after the token loads and ptxas could put
+     * other work between them; branch-free, all 16 loads go out together (NOTES v29). */
     template <class T>
     __device__ void load_state(int rg, int q, float (&S)[T::R][T::C]) const {
-        if (!p.state_in) { /* one branch around all the loads (see load_state_rows) */
 #pragma unroll
-            for (int rr = 0; rr < T::R; ++rr)
-#pragma unroll
-                for (int x = 0; x < T::C; ++x) S[rr][x] = 0.0f;
-            return;
-        }
-#pragma unroll
-        for (int rr = 0; rr < T::R; ++rr)
+        for (int rr = 0; rr < T::R; ++rr) {
+            const float* row = p.state_in ? p.state_in + (blk * N + rg * T::R + rr) * N : g_zero_row;
 #pragma unroll
             for (int g = 0; g < T::G; ++g) {
-                const float4 x =
-                    *reinterpret_cast<const float4*>(p.state_in + (blk * N + rg * T::R + rr) * N + 4 * (g * T::L + q));
+                const float4 x = *reinterpret_cast<const float4*>(row + 4 * (g * T::L + q));
                 S[rr][4 * g] = x.x, S[rr][4 * g + 1] = x.y, S[rr][4 * g + 2] = x.z, S[rr][4 * g + 3] = x.w;
             }
+        }
     }
     /* __stwb: a plain (write-back) store, but one 16-byte vector store per float4 for certain;
      * written as a float4 assignment, nvcc split these into 4 scalar stores (measured: B = 8
@@ -366,6 +367,32 @@ struct DecodeShape {
     static_assert(NT >= 32 && (N % NT == 0 || NT % N == 0), "decode split");
 };
 
+/* x[c][f] <- the decay of x[c][f] for the SC columns c, one switch on the form around all of
+ * them: a switch per column (each a branch tree, clampw's division with its slow-path call) runs
+ * the transforms one after the other (NOTES v29). The same bits as decay_of per element. */
+template <int SC, int F>
+__device__ __forceinline__ void decay_cols(int form, float (&x)[SC][F], int f) {
+    float ddw;
+    switch (form) {
+    case 1:
+#pragma unroll
+        for (int c = 0; c < SC; ++c) x[c][f] = decay_of(1, x[c][f], &ddw);
+        break;
+    case 2:
+#pragma unroll
+        for (int c = 0; c < SC; ++c) x[c][f] = decay_of(2, x[c][f], &ddw);
+        break;
+    case 3:
+#pragma unroll
+        for (int c = 0; c < SC; ++c) x[c][f] = decay_of(3, x[c][f], &ddw);
+        break;
+    default:
+#pragma unroll
+        for (int c = 0; c < SC; ++c) x[c][f] = decay_of(4, x[c][f], &ddw); /* clampw */
+        break;
+    }
+}
+
 template <int N, int R, int SP, int P, class Acc>
 __device__ __forceinline__ void decode_body(const Acc& acc) {
     using T = Tile<N, R, P>;
@@ -385,13 +412,11 @@ __device__ __forceinline__ void decode_body(const Acc& acc) {
     float v[R];
     float S[R][C];
     acc.template load_state<T>(rg, q, S);
-    if (float* ck = acc.ckpt()) store_row_slices<N, R, P, G>(ck, S, rg, q); /* the state before the token */
     if (SC > 1 || tid < N) {
+        decay_cols<SC, F_NUM>(acc.form(), x, F_D);
 #pragma unroll
         for (int c = 0; c < SC; ++c) {
             const int sj = SC > 1 ? tid + c * NT : tid;
-            float ddw;
-            x[c][F_D] = decay_of(acc.form(), x[c][F_D], &ddw);
 #pragma unroll
             for (int f = 0; f < F_NUM; ++f) s_tok[f][sj] = x[c][f];
         }
@@ -406,6 +431,10 @@ __device__ __forceinline__ void decode_body(const Acc& acc) {
     lds_groups<P, G>(s_tok[F_R], q, r4);
     lds_r<R>(s_tok[F_V] + rg * R, v);
     lds_groups<P, G>(s_tok[F_D], q, d4);
+    /* the state before the token, stored only now that the update needs S anyway: a (predicated)
+     * store naming S right after its loads made the warp wait for them before the decay
+     * transform (NOTES v29) */
+    if (float* ck = acc.ckpt()) store_row_slices<N, R, P, G>(ck, S, rg, q);
     float y[R];
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
