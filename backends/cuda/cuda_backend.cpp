@@ -770,10 +770,11 @@ int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
  * - sequential (rwkv7_bwd.cu): checkpoints, then a replay per segment, one block per (sequence, head).
  * - chunked (rwkv7_chunk_bwd.cu): recomputes the chunked forward's per-chunk quantities and
  *   entry states, walks the chunks backwards for the state gradients at their boundaries, then
- *   all chunks' token gradients in parallel; fp32 on CUDA cores, ~2.2 M FMA per chunk and head,
- *   so it wins only where the (sequence, head) blocks cannot fill the GPU (NOTES.md v20). The
- *   chunked forward's restriction: N = 64, CLAMPW, unpacked; it ignores saved checkpoints. Its
- *   workspace (rwkv7_chunk_bwd_ws_bytes: ~66 KB per chunk and head) is the caller's.
+ *   all chunks' token gradients in parallel; more work than the sequential replay (B3's products
+ *   on tensor cores), so it wins only where the (sequence, head) blocks leave SMs idle or
+ *   unevenly loaded (NOTES.md v20, v30). The chunked forward's restriction: N = 64, CLAMPW,
+ *   unpacked; it ignores saved checkpoints. Its workspace (rwkv7_chunk_bwd_ws_bytes: ~66 KB per
+ *   chunk and head) is the caller's.
  * WKV_CUDA_RWKV7_CHUNKED_BWD=0 never, =1 wherever it applies (tests, measurements). */
 bool rwkv7_use_chunked_bwd(const CudaState* st, const wkv_problem* p) {
     if (!st->chunk_bwd_ready || st->chunk_bwd_mode == 0) return false;
@@ -782,11 +783,23 @@ bool rwkv7_use_chunked_bwd(const CudaState* st, const wkv_problem* p) {
     const size_t bytes = rwkv7_chunk_bwd_ws_bytes(64, p->B, p->H, p->T);
     if (bytes == 0 || bytes > (size_t)4 * kChunkWsMax || p->B * p->H * ((p->T + 31) / 32) > 0x7fffffff) return false;
     if (st->chunk_bwd_mode == 1) return true;
-    /* H100, bf16 T = 4096 (NOTES v21): chunked 1.87 / 3.35 / 6.60 / 13.04 ms at B x H = 32 / 64
-     * / 128 / 256 heads, sequential recomputing 7.7 (flat to 128) / 10.78; beyond SMs / 2 a
-     * training step keeps the saving forward + reusing backward (6.0 ms at B = 1), which the
-     * chunked 6.60 at 128 heads does not beat */
-    return p->B * p->H * 2 <= (int64_t)st->sm_count && p->T >= 256;
+    /* Chosen for the training step: where the chunked backward runs, the forward saves nothing
+     * and is the one rwkv7_use_chunked picks (chunked to SMs / 2 heads, else the plain sequential
+     * forward); elsewhere the sequential forward saves the checkpoints and this backward reuses
+     * them. H100 (132 SMs), bf16 H = 32, ms, forward + backward as `wkv-bench perf --reuse`
+     * times them (NOTES v30):
+     *   heads B x H         32    64    96    128    160    192
+     *   T = 4096 chunked   2.52  4.43  6.44  7.88   9.85  11.26
+     *            saved     7.78  7.78  7.80  7.84  10.60  10.65
+     *   T = 1024 chunked         1.33  1.69  2.08   2.53   2.89
+     *            saved           1.97  1.97  1.98   2.72   2.72
+     * The sequential step is flat while every (sequence, head) block has an SM to itself and
+     * steps up once some SMs hold two; the chunked one grows ~1.4 ms (T = 4096) per 32 heads. So
+     * the chunked path wins to ~0.9 SMs (crossing between 96 and 128 heads; 3/4 keeps a margin)
+     * and again just past the step, to ~4/3 SMs (crossing between 160 and 192; 5/4). Measured at
+     * T = 1024 and 4096 (f16 as bf16); T >= 256 as the chunked forward. */
+    const int64_t heads4 = p->B * p->H * 4, sm = (int64_t)st->sm_count;
+    return p->T >= 256 && (heads4 <= 3 * sm || (heads4 > 4 * sm && heads4 <= 5 * sm));
 }
 
 /* ABI v2: a forward saves the backward's checkpoints into a device workspace for RWKV-7 at
