@@ -772,7 +772,7 @@ int forward_rwkv64(CudaState* st, const wkv_problem* p, const Placement& pl) {
  *   entry states, walks the chunks backwards for the state gradients at their boundaries, then
  *   all chunks' token gradients in parallel; more work than the sequential replay (B3's products
  *   on tensor cores), so it wins only where the (sequence, head) blocks leave SMs idle or
- *   unevenly loaded (NOTES.md v20, v30). The chunked forward's restriction: N = 64, CLAMPW,
+ *   unevenly loaded (NOTES.md v20, v31). The chunked forward's restriction: N = 64, CLAMPW,
  *   unpacked; it ignores saved checkpoints. Its workspace (rwkv7_chunk_bwd_ws_bytes: ~66 KB per
  *   chunk and head) is the caller's.
  * WKV_CUDA_RWKV7_CHUNKED_BWD=0 never, =1 wherever it applies (tests, measurements). */
@@ -787,7 +787,7 @@ bool rwkv7_use_chunked_bwd(const CudaState* st, const wkv_problem* p) {
      * and is the one rwkv7_use_chunked picks (chunked to SMs / 2 heads, else the plain sequential
      * forward); elsewhere the sequential forward saves the checkpoints and this backward reuses
      * them. H100 (132 SMs), bf16 H = 32, ms, forward + backward as `wkv-bench perf --reuse`
-     * times them (NOTES v30):
+     * times them (NOTES v31):
      *   heads B x H         32    64    96    128    160    192
      *   T = 4096 chunked   2.52  4.43  6.44  7.88   9.85  11.26
      *            saved     7.78  7.78  7.80  7.84  10.60  10.65
