@@ -119,15 +119,6 @@ inline void load_params4(const wkv_problem* p, int64_t c0, int64_t n, int64_t np
     for (int64_t c = 0; c < np; c += W) V::store(wd + c, V::neg(vexp(V::load(w + c))));
 }
 
-inline void prefetch_row4(const wkv_view& x, int64_t batch, int64_t t, int64_t c0,
-                          int64_t n) noexcept {
-    if (!view_present(x) || x.stride[3] != 1) return;
-    const int64_t es = wkv_elem_size(x.elem);
-    const char* q = x.data + token_off4(x, batch, t, c0) * es;
-    for (int64_t o = 0; o < n * es; o += 64) __builtin_prefetch(q + o);
-    __builtin_prefetch(q + n * es - 1);
-}
-
 /* Channel blocks per forward item: all of a sequence's, or a share of them when there are
  * fewer sequences than threads. */
 constexpr int64_t kMaxBlocks4 = 256; /* 8192 channels: 320 KiB of scratch */
@@ -184,16 +175,8 @@ void forward_item4(const wkv_problem* p, int64_t group, int64_t item, float* scr
     load_state4v(p->state_in, s, c0, n, np, ld, st);
     load_params4(p, c0, n, np, w, u, wd);
     const bool want_y = view_present(p->y);
-    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t) {
-        prefetch_row4(p->k, batch, t, c0, n);
-        prefetch_row4(p->v, batch, t, c0, n);
-    }
     if (save && t1 > t0) save_state4(save, s, t1 - t0, c0, n, ld, st, 0);
     for (int64_t t = t0; t < t1; ++t) {
-        if (t + kPrefetchAhead < t1) {
-            prefetch_row4(p->k, batch, t + kPrefetchAhead, c0, n);
-            prefetch_row4(p->v, batch, t + kPrefetchAhead, c0, n);
-        }
         const float* k = row_in(p->k, token_off4(p->k, batch, t, c0), n, np, kb);
         const float* v = row_in(p->v, token_off4(p->v, batch, t, c0), n, np, vb);
         if (want_y) {
@@ -345,10 +328,6 @@ void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) no
         save_state4(job, s, len, c0, n, n, slots, 0);
         const int64_t tl = t0 + (nseg - 1) * K4; /* the last segment's first token */
         for (int64_t t = t0; t < tl; ++t) {
-            if (t + kPrefetchAhead < tl) {
-                prefetch_row4(p->k, batch, t + kPrefetchAhead, c0, n);
-                prefetch_row4(p->v, batch, t + kPrefetchAhead, c0, n);
-            }
             const float *k, *v;
             load_kv(t, &k, &v);
             step4<false>(slots, n, n, u, wd, k, v, nullptr);
@@ -372,11 +351,6 @@ void backward_item4_vec(const BackwardJob* job, int64_t item, float* scratch) no
         }
         for (int64_t q = m - 1; q >= 0; --q) {
             const int64_t t = ts + q;
-            if (q >= kPrefetchAhead) {
-                prefetch_row4(p->k, batch, t - kPrefetchAhead, c0, n);
-                prefetch_row4(p->v, batch, t - kPrefetchAhead, c0, n);
-                prefetch_row4(p->dy, batch, t - kPrefetchAhead, c0, n);
-            }
             const float* S = slots + (size_t)q * sz;
             const float *k, *v;
             load_kv(t, &k, &v);

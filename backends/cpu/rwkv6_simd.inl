@@ -68,18 +68,6 @@ inline float dot3(const float* a, const float* b, const float* c, int64_t Np) no
     return out[0];
 }
 
-inline void prefetch_token6(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
-                            bool with_y) noexcept {
-    const int64_t N = p->N;
-    prefetch_token(p->w, batch, t, h, N);
-    prefetch_token(p->k, batch, t, h, N);
-    prefetch_token(p->v, batch, t, h, N);
-    if (with_y) {
-        prefetch_token(p->r, batch, t, h, N);
-        prefetch_token(p->y, batch, t, h, N);
-    }
-}
-
 int64_t forward_group6(const wkv_problem* p, int64_t threads) { return head_group(p, threads); }
 
 uint64_t forward_chunk_floats6(const wkv_problem* p, int64_t group, CheckedSize& c) {
@@ -145,13 +133,8 @@ void forward_item6_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
     if (t1 == t0) return;
 
     const bool want_y = view_present(p->y);
-    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t)
-        for (int64_t h = h0; h < h1; ++h) prefetch_token6(p, batch, t, h, want_y);
     for (int64_t t = t0; t < t1; ++t) {
         const bool last = t + 1 == t1;
-        if (t + kPrefetchAhead < t1)
-            for (int64_t h = h0; h < h1; ++h)
-                prefetch_token6(p, batch, t + kPrefetchAhead, h, want_y);
         const int64_t boundary = save && (t + 1 - t0) % K6 == 0 && !last ? (t + 1 - t0) / K6 : 0;
         for (int64_t g = 0; g < nh; ++g) {
             const int64_t h = h0 + g;
@@ -327,15 +310,6 @@ inline void load_tok6(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
     decay_rows(p->decay_form, token_in(p->w, batch, t, h, N, Np, x.dw), x.decay, x.ddw, Np);
 }
 
-inline void prefetch_tok6(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
-                          bool with_grads) noexcept {
-    prefetch_token6(p, batch, t, h, false); /* w k v */
-    if (with_grads) {
-        prefetch_token(p->r, batch, t, h, p->N);
-        prefetch_token(p->dy, batch, t, h, p->N);
-    }
-}
-
 template <int NV>
 void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noexcept {
     const wkv_problem* p = job->p;
@@ -381,19 +355,14 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
     auto ck = [&](int64_t j, int64_t g) {
         return job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)(h0 + j) * (size_t)nseg + (size_t)g) * n2;
     };
-    auto prefetch_all = [&](int64_t t, bool grads) {
-        for (int64_t j = 0; j < nh; ++j) prefetch_tok6(p, batch, t, h0 + j, grads);
-    };
 
     /* 1. checkpoints: ck(j, g) = head j's state before token t0 + g K, token-major over the
      *    group (each head steps in place in replay[j]; nseg > 1 means R = K - 1 >= G) */
     const int64_t pass = p->reuse_checkpoints ? 0 : nseg; /* reuse: the forward saved them */
     for (int64_t j = 0; j < nh && pass; ++j) state_in_padded(p->state_in, s, h0 + j, N, Np, ck(j, 0));
-    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1 && pass > 1; ++t) prefetch_all(t, false);
     for (int64_t g = 0; g + 1 < pass; ++g) {
         for (int64_t q = 0; q < K6; ++q) {
             const int64_t t = t0 + g * K6 + q;
-            if (t + kPrefetchAhead < t1) prefetch_all(t + kPrefetchAhead, false);
             for (int64_t j = 0; j < nh; ++j) {
                 const Tok6 x = record6(rec(0, 0), Np); /* its rows as buffers */
                 const int64_t h = h0 + j;
@@ -416,9 +385,7 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = t0 + g * K6;
         const int64_t m = t1 - ts < K6 ? t1 - ts : K6;
-        for (int64_t t = ts; t < ts + kPrefetchAhead && t < ts + m; ++t) prefetch_all(t, true);
         for (int64_t q = 0; q < m; ++q) {
-            if (q + kPrefetchAhead < m) prefetch_all(ts + q + kPrefetchAhead, true);
             for (int64_t j = 0; j < nh; ++j) load_tok6(p, batch, ts + q, h0 + j, Np, rec(j, q));
         }
         for (int64_t j = 0; j < nh; ++j) {

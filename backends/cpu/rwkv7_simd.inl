@@ -151,19 +151,6 @@ inline Inputs7 load_inputs7(const wkv_problem* p, int64_t batch, int64_t t, int6
     return in;
 }
 
-/* prefetch_token() for every input of token t (and y) */
-inline void prefetch_token7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
-                            bool with_y) noexcept {
-    const int64_t N = p->N;
-    prefetch_token(p->r, batch, t, h, N);
-    prefetch_token(p->w, batch, t, h, N);
-    prefetch_token(p->k, batch, t, h, N);
-    prefetch_token(p->v, batch, t, h, N);
-    prefetch_token(p->a, batch, t, h, N);
-    prefetch_token(p->b, batch, t, h, N);
-    if (with_y) prefetch_token(p->y, batch, t, h, N);
-}
-
 int64_t forward_group7(const wkv_problem* p, int64_t threads) {
 #ifdef WKV_RWKV7_GROUP /* a fixed group, for experiments (NOTES.md) */
     (void)p;
@@ -231,12 +218,8 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
     if (t1 == t0) return;
 
     const bool want_y = view_present(p->y);
-    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1; ++t)
-        for (int64_t h = h0; h < h1; ++h) prefetch_token7(p, batch, t, h, want_y);
     for (int64_t t = t0; t < t1; ++t) {
         const bool last = t + 1 == t1;
-        if (t + kPrefetchAhead < t1)
-            for (int64_t h = h0; h < h1; ++h) prefetch_token7(p, batch, t + kPrefetchAhead, h, want_y);
         const int64_t boundary = save && (t + 1 - t0) % K7 == 0 && !last ? (t + 1 - t0) / K7 : 0;
         for (int64_t g = 0; g < nh; ++g) {
             const int64_t h = h0 + g;
@@ -346,21 +329,6 @@ inline Tok7 record7(float* rows, int64_t Np) noexcept {
     x.sa = rows + 8 * Np;
     x.dr = rows + 9 * Np;
     return x;
-}
-
-template <int kLevel = 3>
-inline void prefetch_tok7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
-                          bool with_grads) noexcept {
-    const int64_t N = p->N;
-    prefetch_token<kLevel>(p->w, batch, t, h, N);
-    prefetch_token<kLevel>(p->k, batch, t, h, N);
-    prefetch_token<kLevel>(p->v, batch, t, h, N);
-    prefetch_token<kLevel>(p->a, batch, t, h, N);
-    prefetch_token<kLevel>(p->b, batch, t, h, N);
-    if (with_grads) {
-        prefetch_token<kLevel>(p->r, batch, t, h, N);
-        prefetch_token<kLevel>(p->dy, batch, t, h, N);
-    }
 }
 
 constexpr bool kSweepPipelined = W >= 16; /* AVX-512 (32 registers of 16 floats) */
@@ -533,19 +501,14 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
     auto ck = [&](int64_t j, int64_t g) {
         return job->ckpt + ((size_t)seg0 * (size_t)H + (size_t)(h0 + j) * (size_t)nseg + (size_t)g) * n2;
     };
-    auto prefetch_all = [&](int64_t t, bool grads) {
-        for (int64_t j = 0; j < nh; ++j) prefetch_tok7(p, batch, t, h0 + j, grads);
-    };
 
     /* 1. checkpoints: ck(j, g) = head j's state before token t0 + g K, token-major over the
      *    group (each head runs in place in replay[j]; nseg > 1 means R = K >= G) */
     const int64_t pass = p->reuse_checkpoints ? 0 : nseg; /* reuse: the forward saved them */
     for (int64_t j = 0; j < nh && pass; ++j) state_in_padded(p->state_in, s, h0 + j, N, Np, ck(j, 0));
-    for (int64_t t = t0; t < t0 + kPrefetchAhead && t < t1 && pass; ++t) prefetch_all(t, false);
     for (int64_t g = 0; g + 1 < pass; ++g) {
         for (int64_t u = 0; u < K7; ++u) {
             const int64_t t = t0 + g * K7 + u;
-            if (t + kPrefetchAhead < t1) prefetch_all(t + kPrefetchAhead, false);
             for (int64_t j = 0; j < nh; ++j) {
                 const Tok7 x = load_tok7(p, batch, t, h0 + j, Np, rec(0, 0), false, false);
                 const float* src = u == 0 ? ck(j, g) : replay + (size_t)j * n2;
@@ -563,9 +526,7 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
     for (int64_t g = nseg - 1; g >= 0; --g) {
         const int64_t ts = t0 + g * K7;
         const int64_t m = t1 - ts < K7 ? t1 - ts : K7;
-        for (int64_t t = ts; t < ts + kPrefetchAhead && t < ts + m; ++t) prefetch_all(t, true);
         for (int64_t u = 0; u < m; ++u) {
-            if (u + kPrefetchAhead < m) prefetch_all(ts + u + kPrefetchAhead, true);
             for (int64_t j = 0; j < nh; ++j)
                 load_tok7(p, batch, ts + u, h0 + j, Np, rec(j, u), true, true);
         }

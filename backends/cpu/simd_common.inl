@@ -274,27 +274,13 @@ inline void token_grad_out(bool stream, const wkv_view& v, int64_t b, int64_t t,
     grad_out(stream, v, view_offset(v, b, t, h), n, src);
 }
 
-/* Tokens ahead whose rows the kernels prefetch. A sequence's token rows are H * N elements
- * apart (8 KiB at H = 32, N = 64 in float32): every row is on a page of its own, where the
- * hardware prefetchers do not follow, so without this each token waits for DRAM. */
-#ifndef WKV_PREFETCH_AHEAD
-#define WKV_PREFETCH_AHEAD 2
-#endif
-constexpr int64_t kPrefetchAhead = WKV_PREFETCH_AHEAD;
-
-/* Asks for the cache lines of the token row [b, t, h, :] of a view (no-op when absent or not
- * contiguous along n). */
-template <int kLevel = 3> /* __builtin_prefetch's locality: 3 = all levels, 2 = L2 and out */
-inline void prefetch_token(const wkv_view& v, int64_t b, int64_t t, int64_t h,
-                           int64_t n) noexcept {
-    if (!view_present(v) || v.stride[3] != 1) return;
-    const int64_t es = wkv_elem_size(v.elem);
-    const char* p = v.data + view_offset(v, b, t, h) * es;
-    const int64_t bytes = n * es;
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, kLevel);
-    __builtin_prefetch(p + bytes - 1, 0, kLevel);
-}
-
+/* No software prefetches. A sequence's token rows are H * N elements apart (8 KiB at H = 32,
+ * N = 64 in float32), each on a page of its own, and the kernels used to prefetch the rows 2
+ * tokens ahead, but GCC 12 had deleted every one of those prefetches (a function that only
+ * prefetches counts as free of side effects, and its calls go before inlining; always_inline
+ * keeps them). Turned on, they were not faster: the RWKV-7 f32 forward and, with its next
+ * segment prefetched into L2 as well, the RWKV-7 backward were slower in most alternated runs
+ * (NOTES.md, step 35). So the rows are only read token-major in head groups (head_group). */
 /* A state slice [s, h, :, :] that the kernels can address in place: float32 rows of N
  * contiguous floats (stride[3] == 1, 4-byte aligned), N == Np. Returns row 0 and its row
  * stride, or NULL. */
@@ -337,7 +323,7 @@ inline void state_out_padded(const wkv_view& v, int64_t s, int64_t h, int64_t N,
 /* Heads per forward item of the N x N-state ops (RWKV-7, RWKV-6), walked token-major (each
  * token for every head of the group, then the next token): the group's rows of one token are
  * adjacent in a [B, T, H, N] tensor, where one head's rows of successive tokens are H * N
- * elements apart, each on a page of its own (see kPrefetchAhead) — measured 2x faster at
+ * elements apart, each on a page of its own — measured 2x faster at
  * T = 4096, H = 32 (backends/cpu/NOTES.md). The group's states (kGroupStateBytes at most) stay
  * in L2. As many heads as that allows, but enough items for every thread:
  * min(kGroupStateBytes / state, ceil(H / ceil(threads / num_seqs))); one head per item when
