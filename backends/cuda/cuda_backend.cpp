@@ -15,19 +15,8 @@
  *   backward's only scratch is the caller's workspace, and packed-sequence offsets travel as
  *   kernel parameters (launches of at most kMaxSeqsPerLaunch sequences). So forward and
  *   backward can be captured in a CUDA graph.
- * - HOST MEMORY (wkv.h's memory model: mem[i].host, tensors of device.type CPU / CUDA_HOST, and
- *   a workspace the driver does not know as device memory) is staged: each host view's byte
- *   span [data + lo, data + hi) gets a place in the context's device scratch (grown as needed,
- *   freed at destroy) at the same address modulo 256 (so alignment-dependent paths are the
- *   same), views with the very same span share it (state_in == state_out in place); the spans
- *   of inputs, and of outputs with gaps (strided: so the gaps go back unchanged), are copied in
- *   with cudaMemcpyAsync on the context's stream, the kernels run on the scratch copies, the
- *   output spans are copied back and the stream is synchronised before the call returns. A host
- *   workspace is replaced by scratch of the size the backward needs; its bytes are never
- *   touched. Such a call is synchronous and cannot be captured.
- * - Buffers (wkv_buffer_create): a cudaMalloc allocation, zero-filled; the backend's handle is
- *   the device pointer. Upload/download are cudaMemcpyAsync on the context's stream followed by
- *   a stream synchronisation. A buffer view's address is handle + mem.offset.
+ * - Host memory and buffers: cuda_memory.cpp (the staging of host tensors through a device
+ *   scratch; buffers as cudaMalloc allocations).
  * - The calling thread's current device is switched to the context's device for a call and
  *   restored afterwards.
  *
@@ -50,7 +39,6 @@
  * (RWKV-4: planar or interleaved). Other N return WKV_ERROR_UNSUPPORTED. */
 #include <cuda_runtime_api.h>
 
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +47,8 @@
 
 #include "backend.h"
 #include "cuda_internal.h"
+#include "cuda_memory.h"
+#include "cuda_state.h"
 
 #ifndef WKV_CUDA_ARCHS
 #define WKV_CUDA_ARCHS "?"
@@ -68,8 +58,6 @@ namespace {
 
 using namespace wkv_cuda;
 
-constexpr int kHeadSizes[] = {32, 64, 128};
-constexpr int kNumHeadSizes = 3;
 /* The chunked RWKV-7 forward's workspace (rwkv7_use_chunked): 1.5 KB per token and head
  * (B = 1, H = 32, T = 4096: 202 MB). Calls needing more than kChunkWsMax bytes take the
  * sequential forward (B x H = 32: T up to ~21k tokens). It is the caller's scratch
@@ -80,111 +68,6 @@ constexpr int kNumHeadSizes = 3;
  * (+0.2 ms of host time per call, measured); keeping the last call's need avoids that for
  * repeated shapes without holding 1 GiB after one long call. */
 constexpr size_t kChunkWsMax = (size_t)1 << 30;
-
-int head_index(int64_t N) {
-    for (int x = 0; x < kNumHeadSizes; ++x)
-        if (kHeadSizes[x] == N) return x;
-    return -1;
-}
-
-struct CudaState {
-    int device = 0;
-    cudaStream_t own_stream = nullptr;
-    cudaStream_t stream = nullptr;
-    int sm_count = 0;
-    int smem_optin = 0;
-    int K1[kNumHeadSizes] = {0, 0, 0}; /* 0: backward does not fit this device */
-    int K2[kNumHeadSizes] = {0, 0, 0};
-    size_t smem[kNumHeadSizes] = {0, 0, 0};
-    size_t smem_min[kNumHeadSizes] = {0, 0, 0}; /* what K2 = 1 would need */
-    bool lost = false;
-    char* scratch = nullptr; /* device scratch for staged host memory (see the top of the file) */
-    size_t scratch_bytes = 0;
-    /* The chunked RWKV-7 forward (rwkv7_chunk.cu, chosen by rwkv7_use_chunked): its kernels
-     * are ready (shared-memory limits raised); without them, the sequential forward everywhere. */
-    bool chunk_ready = false;
-    /* Its workspace when the caller gives no scratch: this stream-ordered pool
-     * (cudaMallocFromPoolAsync / cudaFreeAsync on the call's stream: no synchronisation,
-     * capturable); nullptr: none could be made (such calls run the sequential forward). */
-    cudaMemPool_t chunk_pool = nullptr;
-    uint64_t chunk_keep = 0; /* the pool's release threshold: the last pool call's bytes */
-    int chunk_mode = -1; /* WKV_CUDA_RWKV7_CHUNKED at context creation: -1 unset, 0 never, 1 always */
-    /* The chunked RWKV-7 backward (rwkv7_chunk_bwd.cu, chosen by rwkv7_use_chunked_bwd): ready,
-     * and WKV_CUDA_RWKV7_CHUNKED_BWD at context creation (-1 unset, 0 never, 1 always). */
-    bool chunk_bwd_ready = false;
-    int chunk_bwd_mode = -1;
-    wkv_fault_hook fault{nullptr, nullptr}; /* WKV_FAULT (src/fault.h): test builds only */
-};
-
-/* WKV_FAULT's points (src/fault.h): a hit stands for the CUDA error the real failure gives. */
-bool fault_hit(const CudaState* st, int32_t kind, const char* site) {
-    return wkv_fault_hit(&st->fault, kind, site);
-}
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-void set_message(wkv_message* msg, const char* fmt, ...) {
-    if (!msg) return;
-    const int prefix = std::snprintf(msg->text, sizeof msg->text, "cuda backend: ");
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(msg->text + prefix, sizeof msg->text - (size_t)prefix, fmt, ap);
-    va_end(ap);
-}
-
-const char* op_name(wkv_op op) {
-    switch (op) {
-    case WKV_OP_RWKV4: return "RWKV-4";
-    case WKV_OP_RWKV6: return "RWKV-6";
-    case WKV_OP_RWKV7: return "RWKV-7";
-    default: return "unknown";
-    }
-}
-
-/* A CUDA error as a wkv_status; errors that leave the context unusable mark it lost. */
-wkv_status cuda_fail(CudaState* st, cudaError_t e, wkv_message* msg, const char* what) {
-    set_message(msg, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
-    switch (e) {
-    case cudaErrorMemoryAllocation: return WKV_ERROR_OUT_OF_MEMORY;
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorECCUncorrectable:
-    case cudaErrorAssert:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorUnknown:
-        if (st) st->lost = true;
-        return WKV_ERROR_DEVICE_LOST;
-    case cudaErrorNoKernelImageForDevice:
-    case cudaErrorInvalidDeviceFunction: return WKV_ERROR_UNSUPPORTED;
-    default: return WKV_ERROR_INTERNAL;
-    }
-}
-
-/* Makes `device` current for the scope, restoring the caller's device afterwards. */
-struct DeviceGuard {
-    int prev = -1;
-    bool changed = false;
-    cudaError_t error = cudaSuccess;
-    explicit DeviceGuard(int device) {
-        error = cudaGetDevice(&prev);
-        if (error == cudaSuccess && prev != device) {
-            error = cudaSetDevice(device);
-            changed = error == cudaSuccess;
-        }
-    }
-    ~DeviceGuard() {
-        if (changed) cudaSetDevice(prev);
-    }
-    DeviceGuard(const DeviceGuard&) = delete;
-    DeviceGuard& operator=(const DeviceGuard&) = delete;
-};
 
 /* ----------------------------------------------------------------------------------- probe */
 
@@ -406,21 +289,10 @@ wkv_status cuda_control(void* state, int32_t request, void* data, wkv_message* m
 
 /* ------------------------------------------------------------------------------ the problem */
 
-DevView to_dev(const wkv_view& v) {
-    DevView d;
-    d.data = v.data;
-    for (int x = 0; x < 4; ++x) d.s[x] = v.stride[x];
-    d.elem = (int32_t)v.elem;
-    d.pad_ = 0;
-    return d;
-}
 
 /* Checks what the core does not: op, head size, decay form, element alignment. */
 wkv_status check_problem(const CudaState* st, const wkv_problem* p, wkv_message* msg, int* hidx) {
-    if (st->lost) {
-        set_message(msg, "an earlier call failed on the device; destroy this context");
-        return WKV_ERROR_DEVICE_LOST;
-    }
+    if (st->lost) return context_lost(msg);
     if (p->op != WKV_OP_RWKV7 && p->op != WKV_OP_RWKV6 && p->op != WKV_OP_RWKV4) {
         set_message(msg, "op %s (%d) is not implemented by the CUDA backend", op_name(p->op),
                     (int)p->op);
@@ -500,222 +372,6 @@ int64_t fill_seg0(const wkv_problem* p, int64_t first, int64_t count, int64_t K,
         if (x < count) seg += (p->seq_offsets[first + x + 1] - p->seq_offsets[first + x] + K - 1) / K;
     }
     return seg;
-}
-
-/* ------------------------------------------------------------------------ memory of a call */
-
-/* The views of p in wkv_problem order: index i belongs to p->mem[i]. */
-void problem_views(const wkv_problem* p, const wkv_view* out[WKV_PROBLEM_VIEWS]) {
-    const wkv_view* v[WKV_PROBLEM_VIEWS] = {
-        &p->r,  &p->w,  &p->k,  &p->v,  &p->a,  &p->b,  &p->u,  &p->y,  &p->state_in,
-        &p->state_out, &p->dy, &p->dstate_out, &p->dr, &p->dw, &p->dk, &p->dv, &p->da, &p->db,
-        &p->du, &p->dstate_in};
-    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) out[i] = v[i];
-}
-
-enum { kY = 7, kStateIn = 8, kStateOut = 9, kDy = 10, kDstateOut = 11, kDr = 12, kDstateIn = 19 };
-
-bool is_output_view(int i) { return i == kY || i == kStateOut || i >= kDr; }
-bool is_state_view(int i) {
-    return i == kStateIn || i == kStateOut || i == kDstateOut || i == kDstateIn;
-}
-
-constexpr size_t kScratchAlign = 256;
-
-size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-char* align_up_ptr(char* p, size_t a) { return p + (align_up(reinterpret_cast<uintptr_t>(p), a) - reinterpret_cast<uintptr_t>(p)); }
-
-/* One host byte span staged in the scratch. */
-struct Region {
-    const char* host; /* its first byte */
-    size_t bytes;
-    size_t off;       /* in the scratch; off == host (mod kScratchAlign) */
-    bool in, out;     /* copied in before the kernels / back after them */
-};
-
-/* Where each view of a call is on the device, and what is staged. */
-struct Placement {
-    DevView v[WKV_PROBLEM_VIEWS];
-    Region reg[WKV_PROBLEM_VIEWS];
-    int nreg = 0;
-    int view_reg[WKV_PROBLEM_VIEWS]; /* the region of a staged view, else -1 */
-    char* workspace = nullptr;       /* the backward's workspace on the device */
-    bool ws_staged = false;
-    size_t ws_bytes = 0;             /* staged workspace: bytes at scratch offset 0 */
-    size_t total = 0;                /* scratch bytes the call needs */
-    bool staged() const { return total > 0; }
-};
-
-/* Elements of view i of p (per-token views B*T*H*N, states S*H*N*N; RWKV-6 u, du: H*N;
- * RWKV-4 w, u, dw, du: C = N, states S*3*C). */
-int64_t view_numel(const wkv_problem* p, int i) {
-    const bool rwkv4 = p->op == WKV_OP_RWKV4;
-    if (is_state_view(i)) return rwkv4 ? p->num_seqs * 3 * p->N : p->num_seqs * p->H * p->N * p->N;
-    if (i == 6 || i == 18) return rwkv4 ? p->N : p->H * p->N;           /* u, du */
-    if (rwkv4 && (i == 1 || i == 13)) return p->N;                       /* w, dw */
-    return p->B * p->T * p->H * p->N;
-}
-
-/* Fills pl: device addresses of device and buffer views now, offsets of the staged spans
- * (addresses once the scratch exists: place_finish). ws_stage: the workspace is host memory,
- * replaced by ws_bytes of scratch. */
-wkv_status place_plan(const wkv_problem* p, bool ws_stage, size_t ws_bytes, Placement* pl,
-                      wkv_message* msg) {
-    const wkv_view* views[WKV_PROBLEM_VIEWS];
-    problem_views(p, views);
-    size_t cursor = 0;
-    if (ws_stage) {
-        pl->ws_staged = true;
-        pl->ws_bytes = ws_bytes;
-        cursor = align_up(ws_bytes, kScratchAlign);
-    }
-    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
-        const wkv_view& v = *views[i];
-        const wkv_buffer_ref& m = p->mem[i];
-        pl->view_reg[i] = -1;
-        pl->v[i] = to_dev(v);
-        if (!v.data) continue;
-        if (m.buffer) {
-            pl->v[i].data = static_cast<char*>(m.buffer) + m.offset;
-            continue;
-        }
-        if (!m.host) continue; /* a device (or managed) pointer, used in place */
-        if (m.lo > 0 || m.hi <= m.lo) {
-            set_message(msg, "view %d: byte span [%lld, %lld) is not a span (a bug in libwkv)", i,
-                        (long long)m.lo, (long long)m.hi);
-            return WKV_ERROR_INTERNAL;
-        }
-        const char* host = v.data + m.lo;
-        const size_t bytes = (size_t)(m.hi - m.lo);
-        const bool out = is_output_view(i);
-        /* an output without gaps need not be copied in; one with gaps goes back unchanged */
-        const bool dense = (int64_t)bytes == view_numel(p, i) * wkv_elem_size(v.elem);
-        int r = 0;
-        while (r < pl->nreg && !(pl->reg[r].host == host && pl->reg[r].bytes == bytes)) ++r;
-        if (r == pl->nreg) {
-            Region& g = pl->reg[pl->nreg++];
-            g.host = host;
-            g.bytes = bytes;
-            g.off = align_up(cursor, kScratchAlign) + (size_t)(reinterpret_cast<uintptr_t>(host) % kScratchAlign);
-            g.in = g.out = false;
-            cursor = g.off + bytes;
-        }
-        Region& g = pl->reg[r];
-        g.in = g.in || !out || !dense;
-        g.out = g.out || out;
-        pl->view_reg[i] = r;
-    }
-    pl->total = cursor;
-    return WKV_OK;
-}
-
-/* The scratch holds at least `bytes` (its contents are not kept). */
-wkv_status ensure_scratch(CudaState* st, size_t bytes, wkv_message* msg) {
-    if (bytes <= st->scratch_bytes) return WKV_OK;
-    if (st->scratch) {
-        cudaFree(st->scratch);
-        st->scratch = nullptr;
-        st->scratch_bytes = 0;
-    }
-    size_t want = align_up(bytes, (size_t)1 << 20);
-    void* d = nullptr;
-    cudaError_t e = fault_hit(st, WKV_FAULT_OOM, "scratch") ? cudaErrorMemoryAllocation : cudaMalloc(&d, want);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        set_message(msg, "cannot allocate %zu bytes of device scratch to stage host tensors: %s "
-                    "(keep the tensors on the device: device pointers or wkv_buffers)",
-                    want, cudaGetErrorString(e));
-        return e == cudaErrorMemoryAllocation ? WKV_ERROR_OUT_OF_MEMORY : cuda_fail(st, e, msg, "cudaMalloc");
-    }
-    st->scratch = static_cast<char*>(d);
-    st->scratch_bytes = want;
-    return WKV_OK;
-}
-
-/* Addresses of the staged views and workspace in the scratch. */
-void place_finish(const CudaState* st, const wkv_problem* p, Placement* pl) {
-    const wkv_view* views[WKV_PROBLEM_VIEWS];
-    problem_views(p, views);
-    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
-        if (pl->view_reg[i] < 0) continue;
-        const Region& g = pl->reg[pl->view_reg[i]];
-        /* element (0,0,0,0) is -lo bytes into the span */
-        pl->v[i].data = st->scratch + g.off + (views[i]->data - g.host);
-    }
-    if (pl->ws_staged) pl->workspace = st->scratch;
-}
-
-/* Synchronises the stream on scope exit once host copies may be in flight (error paths: the
- * caller's host memory must not be read or written after the call has returned). */
-struct StreamDrain {
-    cudaStream_t stream;
-    bool armed = false;
-    explicit StreamDrain(cudaStream_t s) : stream(s) {}
-    ~StreamDrain() {
-        if (armed && cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
-    }
-    StreamDrain(const StreamDrain&) = delete;
-    StreamDrain& operator=(const StreamDrain&) = delete;
-};
-
-/* Staged call, before the kernels: scratch, addresses, copies in. */
-wkv_status stage_in(CudaState* st, const wkv_problem* p, Placement* pl, StreamDrain* drain,
-                    wkv_message* msg) {
-    if (!pl->staged()) return WKV_OK;
-    wkv_status s = ensure_scratch(st, pl->total, msg);
-    if (s != WKV_OK) return s;
-    place_finish(st, p, pl);
-    for (int r = 0; r < pl->nreg; ++r) {
-        const Region& g = pl->reg[r];
-        if (!g.in) continue;
-        drain->armed = true;
-        const cudaError_t e = cudaMemcpyAsync(st->scratch + g.off, g.host, g.bytes,
-                                              cudaMemcpyHostToDevice, st->stream);
-        if (e != cudaSuccess) return cuda_fail(st, e, msg, "cudaMemcpyAsync (staging a host tensor in)");
-    }
-    return WKV_OK;
-}
-
-/* Staged call, after the kernels: copies out, then waits for the stream. */
-wkv_status stage_out(CudaState* st, Placement* pl, StreamDrain* drain, wkv_message* msg) {
-    if (!pl->staged()) return WKV_OK;
-    drain->armed = false;
-    for (int r = 0; r < pl->nreg; ++r) {
-        const Region& g = pl->reg[r];
-        if (!g.out) continue;
-        const cudaError_t e = cudaMemcpyAsync(const_cast<char*>(g.host), st->scratch + g.off, g.bytes,
-                                              cudaMemcpyDeviceToHost, st->stream);
-        if (e != cudaSuccess) {
-            drain->armed = true;
-            return cuda_fail(st, e, msg, "cudaMemcpyAsync (copying a host output back)");
-        }
-    }
-    cudaError_t e = cudaStreamSynchronize(st->stream);
-    if (e == cudaSuccess && fault_hit(st, WKV_FAULT_DEVICE_LOST, "sync")) e = cudaErrorLaunchFailure;
-    if (e != cudaSuccess) return cuda_fail(st, e, msg, "cudaStreamSynchronize (after a call with host tensors)");
-    return WKV_OK;
-}
-
-/* A caller's memory (the workspace or the forward's scratch) as device memory: a wkv_buffer's
- * or a device (or managed) pointer; nullptr for host memory (pageable or pinned) or none. */
-char* device_memory(void* ptr, const wkv_buffer_ref& mem) {
-    if (mem.buffer) return static_cast<char*>(mem.buffer) + mem.offset;
-    if (mem.host || !ptr) return nullptr;
-    cudaPointerAttributes attr;
-    const cudaError_t ae = cudaPointerGetAttributes(&attr, ptr);
-    if (ae != cudaSuccess) cudaGetLastError(); /* older drivers: unknown host memory */
-    if (ae == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged))
-        return static_cast<char*>(ptr);
-    return nullptr;
-}
-
-/* The workspace as device memory, or nullptr for host memory, which a backward replaces by
- * scratch. */
-char* device_workspace(const wkv_problem* p) { return device_memory(p->workspace, p->workspace_mem); }
-
-/* The backward's checkpoints in a workspace: kScratchAlign-aligned (the size formula's slack). */
-float* checkpoint_area(char* ws) {
-    return reinterpret_cast<float*>(align_up_ptr(ws, kScratchAlign));
 }
 
 /* Enqueues the RWKV-6 or RWKV-4 forward on the placed views; the cudaError_t as int. */
@@ -1249,87 +905,11 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     return stage_out(st, &pl, &drain, msg);
 }
 
-/* ----------------------------------------------------------------------------- buffers */
-
-wkv_status cuda_buffer_create(void* state, uint64_t bytes, void** out_buffer, wkv_message* msg) {
-    CudaState* st = static_cast<CudaState*>(state);
-    *out_buffer = nullptr;
-    if (st->lost) {
-        set_message(msg, "an earlier call failed on the device; destroy this context");
-        return WKV_ERROR_DEVICE_LOST;
-    }
-    if (bytes > (uint64_t)SIZE_MAX) {
-        set_message(msg, "%llu bytes do not fit size_t", (unsigned long long)bytes);
-        return WKV_ERROR_OUT_OF_MEMORY;
-    }
-    DeviceGuard guard(st->device);
-    if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
-    void* d = nullptr;
-    cudaError_t e = fault_hit(st, WKV_FAULT_OOM, "buffer") ? cudaErrorMemoryAllocation : cudaMalloc(&d, (size_t)bytes);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        set_message(msg, "cudaMalloc(%llu bytes): %s", (unsigned long long)bytes, cudaGetErrorString(e));
-        return e == cudaErrorMemoryAllocation ? WKV_ERROR_OUT_OF_MEMORY : WKV_ERROR_INTERNAL;
-    }
-    e = cudaMemsetAsync(d, 0, (size_t)bytes, st->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(st->stream);
-    if (e != cudaSuccess) {
-        const wkv_status s = cuda_fail(st, e, msg, "zero-filling a new buffer");
-        cudaFree(d);
-        return s;
-    }
-    *out_buffer = d;
-    return WKV_OK;
-}
-
-void cuda_buffer_destroy(void* state, void* buffer) {
-    CudaState* st = static_cast<CudaState*>(state);
-    if (!buffer) return;
-    DeviceGuard guard(st->device);
-    /* work enqueued on the context's stream may still use it */
-    if (cudaStreamSynchronize(st->stream) != cudaSuccess) cudaGetLastError();
-    if (cudaFree(buffer) != cudaSuccess) cudaGetLastError();
-}
-
-wkv_status buffer_copy(CudaState* st, char* dev, void* host, uint64_t bytes, bool to_device,
-                       wkv_message* msg) {
-    if (st->lost) {
-        set_message(msg, "an earlier call failed on the device; destroy this context");
-        return WKV_ERROR_DEVICE_LOST;
-    }
-    DeviceGuard guard(st->device);
-    if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
-    if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
-        return cuda_fail(st, cudaErrorLaunchFailure, msg, to_device ? "buffer upload (injected fault: WKV_FAULT=device_lost)"
-                                                                    : "buffer download (injected fault: WKV_FAULT=device_lost)");
-    cudaError_t e = to_device ? cudaMemcpyAsync(dev, host, (size_t)bytes, cudaMemcpyHostToDevice, st->stream)
-                              : cudaMemcpyAsync(host, dev, (size_t)bytes, cudaMemcpyDeviceToHost, st->stream);
-    const cudaError_t e2 = cudaStreamSynchronize(st->stream); /* also on failure: host memory */
-    if (e == cudaSuccess) e = e2;
-    if (e != cudaSuccess) return cuda_fail(st, e, msg, to_device ? "buffer upload" : "buffer download");
-    return WKV_OK;
-}
-
-wkv_status cuda_buffer_write(void* state, void* buffer, uint64_t offset, const void* src, uint64_t bytes,
-                             wkv_message* msg) {
-    return buffer_copy(static_cast<CudaState*>(state), static_cast<char*>(buffer) + offset,
-                       const_cast<void*>(src), bytes, true, msg);
-}
-
-wkv_status cuda_buffer_read(void* state, void* buffer, uint64_t offset, void* dst, uint64_t bytes,
-                            wkv_message* msg) {
-    return buffer_copy(static_cast<CudaState*>(state), static_cast<char*>(buffer) + offset, dst, bytes,
-                       false, msg);
-}
-
 /* ------------------------------------------------------------------------------ synchronize */
 
 wkv_status cuda_synchronize(void* state, wkv_message* msg) {
     CudaState* st = static_cast<CudaState*>(state);
-    if (st->lost) {
-        set_message(msg, "an earlier call failed on the device; destroy this context");
-        return WKV_ERROR_DEVICE_LOST;
-    }
+    if (st->lost) return context_lost(msg);
     DeviceGuard guard(st->device);
     if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
     cudaError_t e = cudaStreamSynchronize(st->stream);
