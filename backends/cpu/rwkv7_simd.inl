@@ -274,7 +274,9 @@ void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scr
  *                 (the group's dS, R replay states, G * R token records, one row of sums). */
 /* record rows: r k v a b dy decay ddw sa dr (w before it) dw dk dv da db */
 constexpr int64_t kTokRows = 15;
-constexpr int64_t kBackwardGroup = 4;
+/* 8 heads: each token's rows of a group are 2 KiB runs at f32 N = 64 (1 KiB at bf16), half the
+ * pages per byte of 4 heads; the chunk is ~1.6 MiB of L2 (NOTES.md, step 36) */
+constexpr int64_t kBackwardGroup = 8;
 
 /* One token's rows for the backward (each Np long). */
 struct Tok7 {
