@@ -668,3 +668,83 @@ TEST_CASE("rwkv7 random: every CPU path this machine runs against the reference"
         }
     }
 }
+
+TEST_CASE("rwkv7 random: wkv_workspace_size is the documented formula") {
+    // backends/cpu/rwkv7.cpp (the scalar path):
+    //   workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(4 H G N^2)
+    //             + chunks A64(4 ((R + 1) N^2 + 16 N)),   chunks = min(num_seqs H, 4 threads)
+    // backends/cpu/rwkv7_simd.inl (the vector paths: N padded to Np, a multiple of the vector
+    // width W; backward items of up to 8 heads, Gh of them):
+    //   workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(4 H G Np^2)
+    //             + chunks A64(4 ((Gh + R) Np^2 + Gh R 15 Np + Np))
+    //   Gh = min(8, H, ceil(H / ceil(threads / num_seqs))), chunks = min(items, 4 threads),
+    //   items = num_seqs ceil(H / Gh)
+    // with G = sum over sequences of ceil(L_s / 32) and R = min(32, the longest L_s).
+    auto a64 = [](uint64_t x) { return (x + 63) / 64 * 64; };
+    struct Shape {
+        int64_t B, T, H, N;
+        std::vector<int64_t> lens;
+        int threads;
+    };
+    const std::vector<Shape> shapes = {{1, 1, 1, 1, {}, 1},           {2, 37, 3, 64, {}, 2},
+                                       {3, 32, 2, 7, {}, 16},         {1, 33, 1, 5, {}, 1},
+                                       {1, 46, 2, 7, {5, 0, 40, 1}, 3}, {1, 3, 4, 3, {0, 3, 0}, 2},
+                                       {1, 70, 9, 32, {}, 1},         {2, 5, 6, 16, {}, 3},
+                                       {1, 46, 5, 64, {5, 0, 40, 1}, 2}, {1, 100, 32, 64, {}, 2},
+                                       {1, 65, 20, 24, {}, 1}};
+    const std::map<std::string, uint64_t> width = {{"scalar", 0}, {"avx2", 8}, {"avx512", 16}, {"neon", 4}};
+    for (const std::string& isa : runnable_cpu_isas()) {
+        ScopedIsa scope(isa.c_str());
+        const uint64_t W = width.at(isa);
+        for (const Shape& s : shapes) {
+            INFO("isa=" << isa << " B=" << s.B << " T=" << s.T << " H=" << s.H << " N=" << s.N
+                        << " packed=" << !s.lens.empty() << " threads=" << s.threads);
+            CpuCtx ctx(s.threads);
+            REQUIRE(ctx.status == WKV_OK);
+            const int64_t num_seqs = s.lens.empty() ? s.B : static_cast<int64_t>(s.lens.size());
+            const std::vector<int64_t> off = s.lens.empty() ? std::vector<int64_t>() : offsets_of(s.lens);
+            HostTensor x(WKV_DTYPE_F32, {s.B, s.T, s.H, s.N});
+            HostTensor dy = x, dr = x, dw = x, dk = x, dv = x, da = x, db = x;
+            wkv_forward_desc f{};
+            f.struct_size = sizeof f;
+            f.op = WKV_OP_RWKV7;
+            f.decay_form = WKV_DECAY_EXP_NEG_EXP;
+            f.r = f.w = f.k = f.v = f.a = f.b = x.view();
+            f.seq_offsets = off.empty() ? nullptr : off.data();
+            f.num_seqs = off.empty() ? 0 : num_seqs;
+            wkv_backward_desc g{};
+            g.struct_size = sizeof g;
+            g.forward = &f;
+            g.dy = dy.view(), g.dr = dr.view(), g.dw = dw.view(), g.dk = dk.view();
+            g.dv = dv.view(), g.da = da.view(), g.db = db.view();
+            size_t bytes = 0;
+            REQUIRE_MESSAGE(wkv_workspace_size(ctx.ctx, &bytes, &g) == WKV_OK, std::string(wkv_last_error(ctx.ctx)));
+
+            const uint64_t N = static_cast<uint64_t>(s.N), H = static_cast<uint64_t>(s.H);
+            const uint64_t S = static_cast<uint64_t>(num_seqs), T = static_cast<uint64_t>(s.threads);
+            uint64_t G = 0;
+            int64_t max_len = 0;
+            for (int64_t q = 0; q < num_seqs; q++) {
+                const int64_t len = s.lens.empty() ? s.T : s.lens[static_cast<size_t>(q)];
+                G += static_cast<uint64_t>((len + 31) / 32);
+                max_len = std::max(max_len, len);
+            }
+            const uint64_t R = static_cast<uint64_t>(std::min<int64_t>(max_len, 32));
+            const uint64_t packed = s.lens.empty() ? 0 : a64(8 * (S + 1));
+            uint64_t want = 0;
+            if (W == 0) {
+                const uint64_t chunks = std::min<uint64_t>(S * H, 4u * T);
+                want = 64 + packed + a64(4 * H * G * N * N) + chunks * a64(4 * ((R + 1) * N * N + 16 * N));
+            } else {
+                const uint64_t Np = (N + W - 1) / W * W;
+                const uint64_t per_seq = (T + S - 1) / S;
+                const uint64_t Gh = std::max<uint64_t>(1, std::min<uint64_t>(8, per_seq > 1 ? (H + per_seq - 1) / per_seq : H));
+                const uint64_t items = S * ((H + Gh - 1) / Gh);
+                const uint64_t chunks = std::min<uint64_t>(items, 4u * T);
+                want = 64 + packed + a64(4 * H * G * Np * Np) +
+                       chunks * a64(4 * ((Gh + R) * Np * Np + Gh * R * 15 * Np + Np));
+            }
+            CHECK(bytes == want);
+        }
+    }
+}
