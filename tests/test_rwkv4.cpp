@@ -457,7 +457,6 @@ TEST_CASE("rwkv4: wkv_workspace_size is the documented formula") {
     // workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(16 C G) + A64(8 num_seqs C)
     //           + chunks A64(4 (4 R + 11) Wm), Wm = min(32 BG, C), BG blocks of 32 channels per
     //           item, see backends/cpu/rwkv4.cpp
-    auto a64 = [](uint64_t x) { return (x + 63) / 64 * 64; };
     struct Shape {
         int64_t B, T, C;
         std::vector<int64_t> lens;
@@ -475,8 +474,8 @@ TEST_CASE("rwkv4: wkv_workspace_size is the documented formula") {
         CAPTURE(s.threads);
         CpuCtx ctx(s.threads);
         REQUIRE(ctx.status == WKV_OK);
-        const int64_t num_seqs = s.lens.empty() ? s.B : static_cast<int64_t>(s.lens.size());
-        const std::vector<int64_t> off = s.lens.empty() ? std::vector<int64_t>() : offsets_of(s.lens);
+        const SeqSpan q = seq_span(s.B, s.T, s.lens);
+        const int64_t num_seqs = q.num_seqs;
         HostTensor k(WKV_DTYPE_BF16, {s.B, s.T, s.C}), w(WKV_DTYPE_F32, {s.C});
         HostTensor dk(WKV_DTYPE_BF16, {s.B, s.T, s.C}), dv = dk, dy = dk;
         HostTensor dw(WKV_DTYPE_F32, {s.C}), du = dw;
@@ -486,8 +485,8 @@ TEST_CASE("rwkv4: wkv_workspace_size is the documented formula") {
         f.decay_form = WKV_DECAY_EXP_NEG_EXP;
         f.k = f.v = k.view();
         f.w = f.u = w.view();
-        f.seq_offsets = off.empty() ? nullptr : off.data();
-        f.num_seqs = off.empty() ? 0 : num_seqs;
+        f.seq_offsets = q.offsets.empty() ? nullptr : q.offsets.data();
+        f.num_seqs = q.offsets.empty() ? 0 : num_seqs;
         wkv_backward_desc g{};
         g.struct_size = sizeof g;
         g.forward = &f;
@@ -500,17 +499,10 @@ TEST_CASE("rwkv4: wkv_workspace_size is the documented formula") {
         const uint64_t P = (static_cast<uint64_t>(std::max(1, s.threads)) + seqs - 1) / seqs;
         const uint64_t BG = std::min<uint64_t>(16, (nb + P - 1) / P);
         const uint64_t Wm = std::min<uint64_t>(32 * BG, C);
-        uint64_t G = 0;
-        int64_t max_len = 0;
-        for (int64_t q = 0; q < num_seqs; q++) {
-            const int64_t len = s.lens.empty() ? s.T : s.lens[static_cast<size_t>(q)];
-            G += static_cast<uint64_t>((len + 31) / 32);
-            max_len = std::max(max_len, len);
-        }
-        const uint64_t R = static_cast<uint64_t>(std::min<int64_t>(max_len, 32));
+        const uint64_t G = q.segments, R = static_cast<uint64_t>(std::min<int64_t>(q.longest, 32));
         const uint64_t items = static_cast<uint64_t>(num_seqs) * ((nb + BG - 1) / BG);
         const uint64_t chunks = std::min<uint64_t>(items, 4u * static_cast<uint64_t>(s.threads));
-        const uint64_t want = 64 + (s.lens.empty() ? 0 : a64(8 * (static_cast<uint64_t>(num_seqs) + 1))) +
+        const uint64_t want = 64 + q.packed_bytes +
                               a64(16 * C * G) + a64(8 * static_cast<uint64_t>(num_seqs) * C) +
                               chunks * a64(4 * (4 * R + 11) * Wm);
         CHECK(bytes == want);

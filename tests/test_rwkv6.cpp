@@ -471,7 +471,6 @@ TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
     //   workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(4 H G N^2) + A64(4 num_seqs H N)
     //             + chunks A64(4 ((Gh + R) N^2 + Gh (R + 1) 10 N + 2 Gh N))
     //   Gh = min(4, H, ceil(H / ceil(threads / num_seqs))), chunks = min(items, 4 threads)
-    auto a64 = [](uint64_t x) { return (x + 63) / 64 * 64; };
     struct Shape {
         int64_t B, T, H, N;
         std::vector<int64_t> lens;
@@ -495,8 +494,7 @@ TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
             CAPTURE(s.threads);
             CpuCtx ctx(s.threads);
             REQUIRE(ctx.status == WKV_OK);
-            const int64_t num_seqs = s.lens.empty() ? s.B : static_cast<int64_t>(s.lens.size());
-            const std::vector<int64_t> off = s.lens.empty() ? std::vector<int64_t>() : offsets_of(s.lens);
+            const SeqSpan q = seq_span(s.B, s.T, s.lens);
             HostTensor r(WKV_DTYPE_F32, {s.B, s.T, s.H, s.N}), u(WKV_DTYPE_F32, {s.H, s.N});
             HostTensor dr(WKV_DTYPE_F32, {s.B, s.T, s.H, s.N}), dw = dr, dk = dr, dv = dr, dy = dr;
             HostTensor du(WKV_DTYPE_F32, {s.H, s.N});
@@ -506,8 +504,8 @@ TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
             f.decay_form = WKV_DECAY_LOG;
             f.r = f.w = f.k = f.v = r.view();
             f.u = u.view();
-            f.seq_offsets = off.empty() ? nullptr : off.data();
-            f.num_seqs = off.empty() ? 0 : num_seqs;
+            f.seq_offsets = q.offsets.empty() ? nullptr : q.offsets.data();
+            f.num_seqs = q.offsets.empty() ? 0 : q.num_seqs;
             wkv_backward_desc g{};
             g.struct_size = sizeof g;
             g.forward = &f;
@@ -517,16 +515,10 @@ TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
             REQUIRE_MESSAGE(wkv_workspace_size(ctx.ctx, &bytes, &g) == WKV_OK, std::string(wkv_last_error(ctx.ctx)));
 
             const uint64_t N = static_cast<uint64_t>(s.N), H = static_cast<uint64_t>(s.H);
-            const uint64_t S = static_cast<uint64_t>(num_seqs), T = static_cast<uint64_t>(s.threads);
-            uint64_t G = 0;
-            int64_t max_len = 0;
-            for (int64_t q = 0; q < num_seqs; q++) {
-                const int64_t len = s.lens.empty() ? s.T : s.lens[static_cast<size_t>(q)];
-                G += static_cast<uint64_t>((len + 31) / 32);
-                max_len = std::max(max_len, len);
-            }
-            const uint64_t R = max_len < 1 ? 0 : static_cast<uint64_t>(std::min<int64_t>(max_len, 32) - 1);
-            const uint64_t head = 64 + (s.lens.empty() ? 0 : a64(8 * (S + 1))) + a64(4 * H * G * N * N) +
+            const uint64_t S = static_cast<uint64_t>(q.num_seqs), T = static_cast<uint64_t>(s.threads);
+            const uint64_t G = q.segments;
+            const uint64_t R = q.longest < 1 ? 0 : static_cast<uint64_t>(std::min<int64_t>(q.longest, 32) - 1);
+            const uint64_t head = 64 + q.packed_bytes + a64(4 * H * G * N * N) +
                                   a64(4 * S * H * N);
             uint64_t want = 0;
             if (W == 0 || N % W != 0) {

@@ -680,7 +680,6 @@ TEST_CASE("rwkv7 random: wkv_workspace_size is the documented formula") {
     //   Gh = min(8, H, ceil(H / ceil(threads / num_seqs))), chunks = min(items, 4 threads),
     //   items = num_seqs ceil(H / Gh)
     // with G = sum over sequences of ceil(L_s / 32) and R = min(32, the longest L_s).
-    auto a64 = [](uint64_t x) { return (x + 63) / 64 * 64; };
     struct Shape {
         int64_t B, T, H, N;
         std::vector<int64_t> lens;
@@ -701,8 +700,7 @@ TEST_CASE("rwkv7 random: wkv_workspace_size is the documented formula") {
                         << " packed=" << !s.lens.empty() << " threads=" << s.threads);
             CpuCtx ctx(s.threads);
             REQUIRE(ctx.status == WKV_OK);
-            const int64_t num_seqs = s.lens.empty() ? s.B : static_cast<int64_t>(s.lens.size());
-            const std::vector<int64_t> off = s.lens.empty() ? std::vector<int64_t>() : offsets_of(s.lens);
+            const SeqSpan q = seq_span(s.B, s.T, s.lens);
             HostTensor x(WKV_DTYPE_F32, {s.B, s.T, s.H, s.N});
             HostTensor dy = x, dr = x, dw = x, dk = x, dv = x, da = x, db = x;
             wkv_forward_desc f{};
@@ -710,8 +708,8 @@ TEST_CASE("rwkv7 random: wkv_workspace_size is the documented formula") {
             f.op = WKV_OP_RWKV7;
             f.decay_form = WKV_DECAY_EXP_NEG_EXP;
             f.r = f.w = f.k = f.v = f.a = f.b = x.view();
-            f.seq_offsets = off.empty() ? nullptr : off.data();
-            f.num_seqs = off.empty() ? 0 : num_seqs;
+            f.seq_offsets = q.offsets.empty() ? nullptr : q.offsets.data();
+            f.num_seqs = q.offsets.empty() ? 0 : q.num_seqs;
             wkv_backward_desc g{};
             g.struct_size = sizeof g;
             g.forward = &f;
@@ -721,16 +719,9 @@ TEST_CASE("rwkv7 random: wkv_workspace_size is the documented formula") {
             REQUIRE_MESSAGE(wkv_workspace_size(ctx.ctx, &bytes, &g) == WKV_OK, std::string(wkv_last_error(ctx.ctx)));
 
             const uint64_t N = static_cast<uint64_t>(s.N), H = static_cast<uint64_t>(s.H);
-            const uint64_t S = static_cast<uint64_t>(num_seqs), T = static_cast<uint64_t>(s.threads);
-            uint64_t G = 0;
-            int64_t max_len = 0;
-            for (int64_t q = 0; q < num_seqs; q++) {
-                const int64_t len = s.lens.empty() ? s.T : s.lens[static_cast<size_t>(q)];
-                G += static_cast<uint64_t>((len + 31) / 32);
-                max_len = std::max(max_len, len);
-            }
-            const uint64_t R = static_cast<uint64_t>(std::min<int64_t>(max_len, 32));
-            const uint64_t packed = s.lens.empty() ? 0 : a64(8 * (S + 1));
+            const uint64_t S = static_cast<uint64_t>(q.num_seqs), T = static_cast<uint64_t>(s.threads);
+            const uint64_t G = q.segments, R = static_cast<uint64_t>(std::min<int64_t>(q.longest, 32));
+            const uint64_t packed = q.packed_bytes;
             uint64_t want = 0;
             if (W == 0) {
                 const uint64_t chunks = std::min<uint64_t>(S * H, 4u * T);

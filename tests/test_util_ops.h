@@ -346,6 +346,36 @@ inline std::vector<double> read_output(const HostTensor& t, std::vector<std::vec
     return t.read();
 }
 
+// ------------------------------------------------------------------------------ workspace formulas
+// What the CPU backward's documented workspace formulas take from a problem (each op's
+// "wkv_workspace_size is the documented formula" test).
+
+inline uint64_t a64(uint64_t x) { return (x + 63) / 64 * 64; }
+
+// The sequences of a test shape: B sequences of T tokens, or `lens` packed (then B = 1).
+struct SeqSpan {
+    int64_t num_seqs = 0;
+    std::vector<int64_t> offsets; // for wkv_forward_desc.seq_offsets; empty when not packed
+    uint64_t segments = 0;        // G = sum over sequences of ceil(L_s / 32)
+    int64_t longest = 0;          // the longest L_s
+    uint64_t packed_bytes = 0;    // the packed offsets' prefix sums: A64(8 (num_seqs + 1)), or 0
+};
+
+inline SeqSpan seq_span(int64_t B, int64_t T, const std::vector<int64_t>& lens) {
+    SeqSpan x;
+    x.num_seqs = lens.empty() ? B : static_cast<int64_t>(lens.size());
+    if (!lens.empty()) {
+        x.offsets = offsets_of(lens);
+        x.packed_bytes = a64(8 * (static_cast<uint64_t>(x.num_seqs) + 1));
+    }
+    for (int64_t q = 0; q < x.num_seqs; q++) {
+        const int64_t len = lens.empty() ? T : lens[static_cast<size_t>(q)];
+        x.segments += static_cast<uint64_t>((len + 31) / 32);
+        x.longest = std::max(x.longest, len);
+    }
+    return x;
+}
+
 // Tolerances (norm-wise relative error): float32 everywhere, or any 16-bit tensor involved.
 constexpr double kTolF32 = 1e-5;
 constexpr double kTol16Forward = 5e-3;
