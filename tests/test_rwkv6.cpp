@@ -471,21 +471,10 @@ TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
     //   workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(4 H G N^2) + A64(4 num_seqs H N)
     //             + chunks A64(4 ((Gh + R) N^2 + Gh (R + 1) 10 N + 2 Gh N))
     //   Gh = min(4, H, ceil(H / ceil(threads / num_seqs))), chunks = min(items, 4 threads)
-    struct Shape {
-        int64_t B, T, H, N;
-        std::vector<int64_t> lens;
-        int threads;
-    };
-    const std::vector<Shape> shapes = {{1, 1, 1, 1, {}, 1},     {2, 37, 3, 64, {}, 2},
-                                       {3, 32, 2, 7, {}, 16},   {1, 33, 1, 5, {}, 1},
-                                       {1, 46, 2, 7, {5, 0, 40, 1}, 3}, {1, 0 + 3, 4, 3, {0, 3, 0}, 2},
-                                       {1, 70, 9, 32, {}, 1},   {2, 5, 6, 16, {}, 3},
-                                       {1, 46, 5, 64, {5, 0, 40, 1}, 2}, {1, 3, 2, 32, {0, 3, 0}, 1}};
-    const std::map<std::string, uint64_t> width = {{"scalar", 0}, {"avx2", 8}, {"avx512", 16}, {"neon", 4}};
     for (const std::string& isa : runnable_cpu_isas()) {
         ScopedIsa scope(isa.c_str());
-        const uint64_t W = width.at(isa);
-        for (const Shape& s : shapes) {
+        const uint64_t W = isa_width(isa);
+        for (const HeadsShape& s : heads_workspace_shapes()) {
             CAPTURE(isa);
             CAPTURE(s.B);
             CAPTURE(s.T);
@@ -525,8 +514,7 @@ TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
                 const uint64_t chunks = std::min<uint64_t>(S * H, 4u * T);
                 want = head + chunks * a64(4 * ((R + 1) * N * N + 14 * N));
             } else {
-                const uint64_t per_seq = (T + S - 1) / S;
-                const uint64_t Gh = std::min<uint64_t>({4, H, per_seq > 1 ? (H + per_seq - 1) / per_seq : H});
+                const uint64_t Gh = backward_heads(H, S, T, 4);
                 const uint64_t items = S * ((H + Gh - 1) / Gh);
                 const uint64_t chunks = std::min<uint64_t>(items, 4u * T);
                 want = head + chunks * a64(4 * ((Gh + R) * N * N + Gh * (R + 1) * 10 * N + 2 * Gh * N));

@@ -680,22 +680,14 @@ TEST_CASE("rwkv7 random: wkv_workspace_size is the documented formula") {
     //   Gh = min(8, H, ceil(H / ceil(threads / num_seqs))), chunks = min(items, 4 threads),
     //   items = num_seqs ceil(H / Gh)
     // with G = sum over sequences of ceil(L_s / 32) and R = min(32, the longest L_s).
-    struct Shape {
-        int64_t B, T, H, N;
-        std::vector<int64_t> lens;
-        int threads;
-    };
-    const std::vector<Shape> shapes = {{1, 1, 1, 1, {}, 1},           {2, 37, 3, 64, {}, 2},
-                                       {3, 32, 2, 7, {}, 16},         {1, 33, 1, 5, {}, 1},
-                                       {1, 46, 2, 7, {5, 0, 40, 1}, 3}, {1, 3, 4, 3, {0, 3, 0}, 2},
-                                       {1, 70, 9, 32, {}, 1},         {2, 5, 6, 16, {}, 3},
-                                       {1, 46, 5, 64, {5, 0, 40, 1}, 2}, {1, 100, 32, 64, {}, 2},
-                                       {1, 65, 20, 24, {}, 1}};
-    const std::map<std::string, uint64_t> width = {{"scalar", 0}, {"avx2", 8}, {"avx512", 16}, {"neon", 4}};
+    // the shared shapes, and two with many heads (groups of 8 at 2 threads, a partial group)
+    std::vector<HeadsShape> shapes = heads_workspace_shapes();
+    shapes.push_back({1, 100, 32, 64, {}, 2});
+    shapes.push_back({1, 65, 20, 24, {}, 1});
     for (const std::string& isa : runnable_cpu_isas()) {
         ScopedIsa scope(isa.c_str());
-        const uint64_t W = width.at(isa);
-        for (const Shape& s : shapes) {
+        const uint64_t W = isa_width(isa);
+        for (const HeadsShape& s : shapes) {
             INFO("isa=" << isa << " B=" << s.B << " T=" << s.T << " H=" << s.H << " N=" << s.N
                         << " packed=" << !s.lens.empty() << " threads=" << s.threads);
             CpuCtx ctx(s.threads);
@@ -728,8 +720,7 @@ TEST_CASE("rwkv7 random: wkv_workspace_size is the documented formula") {
                 want = 64 + packed + a64(4 * H * G * N * N) + chunks * a64(4 * ((R + 1) * N * N + 16 * N));
             } else {
                 const uint64_t Np = (N + W - 1) / W * W;
-                const uint64_t per_seq = (T + S - 1) / S;
-                const uint64_t Gh = std::max<uint64_t>(1, std::min<uint64_t>(8, per_seq > 1 ? (H + per_seq - 1) / per_seq : H));
+                const uint64_t Gh = backward_heads(H, S, T, 8);
                 const uint64_t items = S * ((H + Gh - 1) / Gh);
                 const uint64_t chunks = std::min<uint64_t>(items, 4u * T);
                 want = 64 + packed + a64(4 * H * G * Np * Np) +

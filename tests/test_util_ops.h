@@ -376,6 +376,35 @@ inline SeqSpan seq_span(int64_t B, int64_t T, const std::vector<int64_t>& lens) 
     return x;
 }
 
+// A shape of the RWKV-6 / RWKV-7 workspace-formula tests: B sequences of T tokens (or `lens`
+// packed, B = 1) of H heads of size N, on `threads` threads.
+struct HeadsShape {
+    int64_t B, T, H, N;
+    std::vector<int64_t> lens;
+    int threads;
+};
+
+// The shapes both ops check: odd N, packed sequences with empty ones, more threads than items.
+inline std::vector<HeadsShape> heads_workspace_shapes() {
+    return {{1, 1, 1, 1, {}, 1},   {2, 37, 3, 64, {}, 2},          {3, 32, 2, 7, {}, 16},
+            {1, 33, 1, 5, {}, 1},  {1, 46, 2, 7, {5, 0, 40, 1}, 3}, {1, 3, 4, 3, {0, 3, 0}, 2},
+            {1, 70, 9, 32, {}, 1}, {2, 5, 6, 16, {}, 3},           {1, 46, 5, 64, {5, 0, 40, 1}, 2},
+            {1, 3, 2, 32, {0, 3, 0}, 1}};
+}
+
+// Floats per vector of a CPU path (0: the scalar path).
+inline uint64_t isa_width(const std::string& isa) {
+    return isa == "avx2" ? 8 : isa == "avx512" ? 16 : isa == "neon" ? 4 : 0;
+}
+
+// Heads per backward item on the vector paths (simd_common.inl's backward_head_group): up to
+// `most`, but enough items for every thread.
+inline uint64_t backward_heads(uint64_t H, uint64_t num_seqs, uint64_t threads, uint64_t most) {
+    const uint64_t per_seq = (threads + num_seqs - 1) / num_seqs;
+    const uint64_t want = per_seq > 1 ? (H + per_seq - 1) / per_seq : H;
+    return std::max<uint64_t>(1, std::min(want, most));
+}
+
 // Tolerances (norm-wise relative error): float32 everywhere, or any 16-bit tensor involved.
 constexpr double kTolF32 = 1e-5;
 constexpr double kTol16Forward = 5e-3;
