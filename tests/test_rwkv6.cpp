@@ -13,7 +13,6 @@
 
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
