@@ -1,5 +1,5 @@
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cstdio>
 #include <cstdlib>

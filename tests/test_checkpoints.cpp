@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include "test_any_op.h"
 #include "test_isa.h"

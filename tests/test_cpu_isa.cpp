@@ -2,7 +2,7 @@
 // Each path's numerics are checked against the float64 reference by the op suites: in process
 // (the "every CPU path" cases of test_rwkv7_random.cpp and the others), and in full by ctest,
 // which runs the rwkv and golden cases once per path (wkv_tests_isa_<path>).
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -2,7 +2,7 @@
 // unavailable, never a crash, and AUTO falling back to the CPU; the ops, dtypes and head sizes
 // when it is there. Part of wkv_tests, which links only libwkv and has no CUDA header. The GPU
 // tests are backends/cuda/tests/ (wkv_cuda_tests, with the CUDA runtime).
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <algorithm>
 #include <cstring>

@@ -5,7 +5,7 @@
 // ASan build checks leaks, valgrind runs these cases too), and that other contexts keep working.
 // The plugin loader's point (no_driver) needs a fresh process: tests/plugin runs it. In a build
 // without WKV_FAULT_INJECTION the cases that need it say so and pass.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cstdlib>
 #include <cstring>

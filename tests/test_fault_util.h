@@ -5,7 +5,7 @@
 #ifndef WKV_TEST_FAULT_UTIL_H
 #define WKV_TEST_FAULT_UTIL_H
 
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,6 +1,6 @@
 // Every golden file through the CPU backend in f32, f16 and bf16 (tools/common/golden.c, the
 // same checker as `wkv-bench golden`), and the safetensors reader against malformed files.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cstdint>
 #include <cstdio>

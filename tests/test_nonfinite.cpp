@@ -2,7 +2,7 @@
 // and -Inf in every input of every op, forward and backward, against the float64 reference
 // element by element (tests/test_nonfinite.h). The name starts with "rwkv" so that ctest runs
 // it on every instruction-set path (wkv_tests_isa_scalar/avx2/avx512).
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include "test_nonfinite.h"
 

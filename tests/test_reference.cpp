@@ -1,6 +1,6 @@
 // The float64 reference (src/reference) against the third-party golden files, and its backward
 // against central finite differences of its own forward.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <filesystem>
 #include <string>

@@ -8,7 +8,7 @@
 // run. Outputs and the workspace are NaN before each call (and the gaps of strided tensors,
 // inputs included); gaps of outputs must stay NaN, inputs must come back unchanged, and nothing
 // may be written past wkv_workspace_size() bytes.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <filesystem>
 #include <functional>

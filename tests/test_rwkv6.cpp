@@ -9,7 +9,7 @@
 // tensors, inputs included), so an element that is not written, or an input read outside its
 // view, fails; gaps of outputs must stay NaN, inputs must come back unchanged, and nothing may
 // be written past wkv_workspace_size() bytes.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <filesystem>
 #include <functional>

@@ -16,7 +16,7 @@
 // evaluation misses 1e-5 (tiny tensors sharing one cancelling dot product); for those the
 // tolerance rises to 64x what a plain float32 evaluation of the same draw gets (at most 1e-2):
 // see compare().
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <chrono>
 #include <sstream>

@@ -1,7 +1,7 @@
 // Every kind of bad input gets its status and a message naming the argument; nothing is written
 // to any output (outputs are NaN-poisoned before each call and must stay NaN); the library never
 // prints.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <atomic>
 #include <cmath>

@@ -2,7 +2,7 @@
 // points WKV_PLUGIN_PATH at a directory holding two test plugins (see CMakeLists.txt):
 // libwkv_cuda.so carries the CPU kernels in the CUDA slot; libwkv_vulkan.so claims a backend
 // ABI from the future and must be refused.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <algorithm>
 #include <cmath>

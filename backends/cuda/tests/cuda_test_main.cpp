@@ -1,7 +1,7 @@
 // main() of wkv_cuda_tests: doctest, plus exit code 77 ("skipped" for ctest) when every case
 // skipped for want of a CUDA device and none failed.
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 int g_wkv_cuda_skipped = 0;
 int g_wkv_cuda_ran = 0;

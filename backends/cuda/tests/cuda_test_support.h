@@ -4,7 +4,7 @@
 #ifndef WKV_CUDA_TEST_SUPPORT_H
 #define WKV_CUDA_TEST_SUPPORT_H
 
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cuda_runtime_api.h>
 

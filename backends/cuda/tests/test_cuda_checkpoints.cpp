@@ -10,7 +10,7 @@
 // kernel), packed sequences with an empty one, without state_in, key-major states, strided
 // inputs (NaN in the gaps), f32, f16, bf16. Every tensor and the workspace are wkv_buffers
 // (device memory); outputs and the workspace are NaN-filled before each call.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cmath>
 #include <cstring>

@@ -12,7 +12,7 @@
 // recomputes the same step) or one buffer. And T one-token calls in place (views of a T-token
 // tensor: the general form) give one T-token call's bits (y and state). Outputs are NaN-filled
 // before every call.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cuda_runtime_api.h>
 

@@ -8,7 +8,7 @@
 //     tensors in device memory and in host memory (the staging path);
 //   - determinism: two device runs are bit-identical.
 // Every output is NaN-poisoned before each call. Without a CUDA device every case skips.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cuda_runtime_api.h>
 

@@ -7,7 +7,7 @@
 //   context's health, every later call refused, destroy frees everything, other contexts work;
 // - NaN and Inf inputs: the results agree with the float64 reference element by element
 //   (tests/test_nonfinite.h, the check every backend's suite runs).
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cuda_runtime_api.h>
 

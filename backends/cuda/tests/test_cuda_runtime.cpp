@@ -2,7 +2,7 @@
 // stream and determinism; the caller's stream and CUDA-graph capture; unsupported head sizes and
 // misplaced memory refused with a message; host tensors, wkv_buffers and a mix giving the
 // device-pointer results bit for bit; buffers; wkv_context_synchronize; backend and device info.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <algorithm>
 #include <cmath>

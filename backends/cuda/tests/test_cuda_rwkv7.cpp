@@ -5,7 +5,7 @@
 // Every output and the workspace are poisoned with NaN before each call (gaps of strided tensors
 // too), each device buffer has a guard zone that must come back untouched, and inputs must come
 // back unchanged (rwkv7_harness.h). WKV_TEST_SEED=<seed> reproduces a run's random inputs.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <algorithm>
 #include <cmath>

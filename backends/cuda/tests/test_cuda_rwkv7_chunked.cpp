@@ -3,7 +3,7 @@
 // graphs as the sequential forward gets them; and its scratch from the caller
 // (wkv_forward_desc.scratch): the pool path's bits, nothing written past it, no allocation node
 // in a captured graph, bad scratch refused with a message naming it.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // (exit 77, ctest's SKIP_RETURN_CODE), never passed. The shared contexts are destroyed here,
 // after the run and before main returns (suite_contexts.h says why).
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cstdio>
 

@@ -6,7 +6,7 @@
 // step must see the previous step's state. Under the validation layer (ctest sets
 // WKV_VULKAN_VALIDATION=1) every call fails on a validation message, and each case checks the
 // async context's count at the end.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan_core.h>

@@ -5,7 +5,7 @@
 // RWKV-7/6/4 forward and RWKV-6/4 backward into its own command buffer with the documented
 // barriers, submits, and compares the results (read straight from the mapped memory) with the
 // CPU backend on the same inputs. Also: synchronous calls on a guest context, the refusals.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan_core.h>

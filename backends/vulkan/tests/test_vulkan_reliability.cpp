@@ -6,7 +6,7 @@
 //   context's health, every later call refused, destroy frees everything, other contexts work;
 // - NaN and Inf inputs: the results agree with the float64 reference element by element (NaN
 //   where it has NaN, the same finite values elsewhere): tests/test_nonfinite.cpp's check.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #include <cstdlib>
 #include <cstring>
