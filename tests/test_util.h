@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "golden.h"
 #include "half.h"
 #include "reference/wkv_reference.h"
 #include "safetensors.h"
@@ -317,15 +318,7 @@ struct SafeTensors {
 };
 
 // The golden files' directory: $WKV_GOLDEN_DIR, else the build's default.
-inline std::string golden_dir() {
-    if (const char* d = std::getenv("WKV_GOLDEN_DIR"))
-        if (*d) return d;
-#ifdef WKV_DEFAULT_GOLDEN_DIR
-    return WKV_DEFAULT_GOLDEN_DIR;
-#else
-    return "tests/golden";
-#endif
-}
+inline std::string golden_dir() { return wkv_golden_dir(); }
 
 // The golden files whose names start with `prefix` (e.g. "wkv7_"), sorted; paths.
 inline std::vector<std::string> golden_files(const std::string& prefix) {

@@ -1,7 +1,8 @@
 // Helpers for the RWKV-6/5 and RWKV-4 tests (tests/test_rwkv6.cpp, tests/test_rwkv4.cpp): the
 // float64 problems and their reference runs, random inputs drawn the way the golden files'
 // README describes, packed-sequence slicing, a CPU context and NaN-poisoned workspaces; and for
-// every op's random-input runner (RWKV-7's too) the checked public-API calls.
+// every op's random-input runner (RWKV-7's too) the checked public-API calls; for every backend's
+// suite, the golden files through the golden checker.
 // Header-only (everything inline); builds on test_util.h.
 #ifndef WKV_TESTS_TEST_UTIL_OPS_H
 #define WKV_TESTS_TEST_UTIL_OPS_H
@@ -10,12 +11,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
 #include <string>
 #include <vector>
 
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
+#include "golden.h"
 #include "test_util.h"
 
 namespace wkvtest {
@@ -423,6 +426,29 @@ inline double cond_tol(double base, double sensitivity) {
 inline void perturb(Rng& rng, std::vector<double>& x) {
     const double ulp = std::ldexp(1.0, -23);
     for (double& v : x) v *= 1.0 + ulp * rng.uniform(-1.0, 1.0);
+}
+
+// ------------------------------------------------------------------------------ golden files
+
+// Every golden file whose name starts with one of `prefixes`, in f32, f16 and bf16, through the
+// golden checker on `backend` (the checker of `wkv-bench golden`): each run must PASS. Returns
+// the number of (file, dtype) runs, so the caller can demand that the files were there.
+inline int check_golden_files(wkv_backend backend, std::initializer_list<const char*> prefixes) {
+    int ran = 0;
+    for (const char* prefix : prefixes) {
+        for (const std::string& path : golden_files(prefix)) {
+            for (wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16}) {
+                wkv_golden_result r{};
+                wkv_golden_run(path.c_str(), backend, dt, &r);
+                char line[1024];
+                wkv_golden_format(&r, line, sizeof line);
+                INFO(path << " " << dtype_name(dt) << ": " << line);
+                CHECK(r.status == WKV_GOLDEN_PASS);
+                ++ran;
+            }
+        }
+    }
+    return ran;
 }
 
 }  // namespace wkvtest

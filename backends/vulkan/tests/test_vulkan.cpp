@@ -13,7 +13,7 @@
 //   whose state never leaves the device.
 // RWKV-6/5 and RWKV-4: test_vulkan_ops.cpp.
 // WKV_TEST_SEED=<seed> reproduces a run (the seed is printed with failures).
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan_core.h>
@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "golden.h"
 #include "suite_contexts.h"
 #include "test_rwkv7_config.h"
 #include "test_util.h"
+#include "test_util_ops.h"
 #include "wkv/wkv_vulkan.h"
 
 using namespace wkvtest;
@@ -435,26 +435,7 @@ TEST_CASE("vulkan: guest mode needs its options (the rest: test_vulkan_guest.cpp
 // ------------------------------------------------------------------------------ golden
 
 TEST_CASE("vulkan golden: every RWKV-7 file, f32/f16/bf16") {
-    char err[256] = "";
-    char** paths = nullptr;
-    size_t count = 0;
-    REQUIRE(wkv_golden_list(wkv_golden_dir(), &paths, &count, err, sizeof err) == 0);
-    int ran = 0;
-    for (size_t i = 0; i < count; i++) {
-        std::string path = paths[i];
-        if (path.find("/wkv7_") == std::string::npos) continue;
-        for (wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16}) {
-            wkv_golden_result r{};
-            wkv_golden_run(path.c_str(), WKV_BACKEND_VULKAN, dt, &r);
-            char line[1024];
-            wkv_golden_format(&r, line, sizeof line);
-            INFO(path << " " << std::string(dtype_name(dt)) << ": " << line);
-            CHECK(r.status == WKV_GOLDEN_PASS);
-            ++ran;
-        }
-    }
-    wkv_golden_list_free(paths, count);
-    CHECK(ran >= 24);
+    CHECK(check_golden_files(WKV_BACKEND_VULKAN, {"wkv7_"}) >= 24);
 }
 
 // ------------------------------------------------------------------------------ random

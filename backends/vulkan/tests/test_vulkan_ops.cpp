@@ -9,7 +9,7 @@
 // - RWKV-4 at k ~ N(0, 20²), T = 1000: Vulkan vs CPU vs the float64 reference;
 // - determinism: two backward runs give bit-identical du / dw.
 // Each case ends by checking that the validation layer said nothing.
-#include <doctest/doctest.h>
+#include "wkv_doctest.h"
 
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan_core.h>
@@ -20,7 +20,6 @@
 #include <utility>
 #include <vector>
 
-#include "golden.h"
 #include "suite_contexts.h"
 #include "test_util.h"
 #include "test_util_ops.h"
@@ -291,26 +290,7 @@ TEST_CASE("vulkan ops: backend info claims RWKV-6 and RWKV-4") {
 }
 
 TEST_CASE("vulkan golden: every RWKV-6 and RWKV-4 file, f32/f16/bf16") {
-    char err[256] = "";
-    char** paths = nullptr;
-    size_t count = 0;
-    REQUIRE(wkv_golden_list(wkv_golden_dir(), &paths, &count, err, sizeof err) == 0);
-    int ran = 0;
-    for (size_t i = 0; i < count; i++) {
-        std::string path = paths[i];
-        if (path.find("/wkv6_") == std::string::npos && path.find("/wkv4_") == std::string::npos) continue;
-        for (wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16}) {
-            wkv_golden_result r{};
-            wkv_golden_run(path.c_str(), WKV_BACKEND_VULKAN, dt, &r);
-            char line[1024];
-            wkv_golden_format(&r, line, sizeof line);
-            INFO(path << " " << std::string(dtype_name(dt)) << ": " << line);
-            CHECK(r.status == WKV_GOLDEN_PASS);
-            ++ran;
-        }
-    }
-    wkv_golden_list_free(paths, count);
-    CHECK(ran >= 12);
+    CHECK(check_golden_files(WKV_BACKEND_VULKAN, {"wkv6_", "wkv4_"}) >= 12);
 }
 
 TEST_CASE("vulkan random rwkv6: shapes, forms, dtypes, layouts, RWKV-5, states, memories") {
