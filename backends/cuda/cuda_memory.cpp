@@ -41,15 +41,10 @@ void problem_views(const wkv_problem* p, const wkv_view* out[WKV_PROBLEM_VIEWS])
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) out[i] = v[i];
 }
 
-
 bool is_output_view(int i) { return i == kY || i == kStateOut || i >= kDr; }
 bool is_state_view(int i) {
     return i == kStateIn || i == kStateOut || i == kDstateOut || i == kDstateIn;
 }
-
-
-
-
 
 /* Elements of view i of p (per-token views B*T*H*N, states S*H*N*N; RWKV-6 u, du: H*N;
  * RWKV-4 w, u, dw, du: C = N, states S*3*C). */
@@ -63,9 +58,6 @@ int64_t view_numel(const wkv_problem* p, int i) {
 
 } // namespace
 
-/* Fills pl: device addresses of device and buffer views now, offsets of the staged spans
- * (addresses once the scratch exists: place_finish). ws_stage: the workspace is host memory,
- * replaced by ws_bytes of scratch. */
 wkv_status place_plan(const wkv_problem* p, bool ws_stage, size_t ws_bytes, Placement* pl,
                       wkv_message* msg) {
     const wkv_view* views[WKV_PROBLEM_VIEWS];
@@ -154,10 +146,8 @@ void place_finish(const CudaState* st, const wkv_problem* p, Placement* pl) {
     if (pl->ws_staged) pl->workspace = st->scratch;
 }
 
-
 } // namespace
 
-/* Staged call, before the kernels: scratch, addresses, copies in. */
 wkv_status stage_in(CudaState* st, const wkv_problem* p, Placement* pl, StreamDrain* drain,
                     wkv_message* msg) {
     if (!pl->staged()) return WKV_OK;
@@ -175,7 +165,6 @@ wkv_status stage_in(CudaState* st, const wkv_problem* p, Placement* pl, StreamDr
     return WKV_OK;
 }
 
-/* Staged call, after the kernels: copies out, then waits for the stream. */
 wkv_status stage_out(CudaState* st, Placement* pl, StreamDrain* drain, wkv_message* msg) {
     if (!pl->staged()) return WKV_OK;
     drain->armed = false;
@@ -195,8 +184,6 @@ wkv_status stage_out(CudaState* st, Placement* pl, StreamDrain* drain, wkv_messa
     return WKV_OK;
 }
 
-/* A caller's memory (the workspace or the forward's scratch) as device memory: a wkv_buffer's
- * or a device (or managed) pointer; nullptr for host memory (pageable or pinned) or none. */
 char* device_memory(void* ptr, const wkv_buffer_ref& mem) {
     if (mem.buffer) return static_cast<char*>(mem.buffer) + mem.offset;
     if (mem.host || !ptr) return nullptr;
@@ -208,11 +195,8 @@ char* device_memory(void* ptr, const wkv_buffer_ref& mem) {
     return nullptr;
 }
 
-/* The workspace as device memory, or nullptr for host memory, which a backward replaces by
- * scratch. */
 char* device_workspace(const wkv_problem* p) { return device_memory(p->workspace, p->workspace_mem); }
 
-/* The backward's checkpoints in a workspace: kScratchAlign-aligned (the size formula's slack). */
 float* checkpoint_area(char* ws) {
     return reinterpret_cast<float*>(align_up_ptr(ws, kScratchAlign));
 }
