@@ -29,7 +29,8 @@
  * chunk; y through shared memory (N = 128: stored straight from registers). At N = 64 the
  * staging and the y stores are done by N extra producer threads (rwkv7_forward_ws_kernel),
  * the compute threads only walk the tokens. Decode kernel (unpacked T = 1): the same step for
- * one token, token and state loads issued together, one barrier; with one row per thread a
+ * one token, token and state loads issued together, one barrier (at the smallest batches two
+ * warp barriers, the decay transformed beside sa = S . a: decode_body); with one row per thread a
  * head's rows are split over up to 8 blocks (decode_layout). Both run row_step's arithmetic, and
  * every row's arithmetic depends only on L, so results do not depend on the kernel, B or T
  * (details at the forward kernels). The state is read once at the start and written once at
@@ -39,6 +40,7 @@
  * The backward (checkpoint + replay) is rwkv7_bwd.cu; what both use is rwkv7_step.cuh.
  */
 #include "rwkv7_step.cuh"
+#include "wkv/wkv.h" /* WKV_DECAY_CLAMPW */
 
 namespace wkv_cuda {
 namespace {
@@ -329,18 +331,26 @@ struct DecodeDense {
             }
         }
     }
-    /* __stwb: a plain (write-back) store, but one 16-byte vector store per float4 for certain;
-     * written as a float4 assignment, nvcc split these into 4 scalar stores (measured: B = 8
-     * decode 5.2 -> 11.5 us) */
+    /* One 16-byte write-back store per float4 (st.global.wb.v4: written as a float4 assignment,
+     * nvcc split these into 4 scalar stores, measured: B = 8 decode 5.2 -> 11.5 us), predicated
+     * on state_out from an address taken once: no branch, so ptxas can issue the stores as soon
+     * as S is final (ahead of the y dot product where decode_body stores early, NOTES v33; behind
+     * a branch it recomputed the addresses after the y store). Outputs are never read back by
+     * the kernel, so no memory clobber. */
     template <class T>
     __device__ void store_state(int rg, int q, const float (&S)[T::R][T::C]) const {
-        if (!p.state_out) return;
+        const int en = p.state_out != nullptr;
 #pragma unroll
-        for (int rr = 0; rr < T::R; ++rr)
+        for (int rr = 0; rr < T::R; ++rr) {
+            float* row = p.state_out + (blk * N + rg * T::R + rr) * N + 4 * q;
 #pragma unroll
             for (int g = 0; g < T::G; ++g)
-                __stwb(reinterpret_cast<float4*>(p.state_out + (blk * N + rg * T::R + rr) * N + 4 * (g * T::L + q)),
-                       make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]));
+                asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %5, 0;\n\t"
+                             "@p st.global.wb.v4.f32 [%0], {%1, %2, %3, %4};\n\t}"
+                             :
+                             : "l"(row + 4 * g * T::L), "f"(S[rr][4 * g]), "f"(S[rr][4 * g + 1]),
+                               "f"(S[rr][4 * g + 2]), "f"(S[rr][4 * g + 3]), "r"(en));
+        }
     }
     __device__ float* ckpt() const { return p.ckpt ? p.ckpt + blk * (N * N) : nullptr; }
     __device__ bool has_y() const { return p.y != nullptr; }
@@ -354,7 +364,7 @@ struct DecodeDense {
 };
 
 /* The chunked kernel's work for one token, without its loop: token loads and state loads issued
- * together, one barrier. SP > 1 (small batch, see decode_layout): a head's rows are split over
+ * together, one barrier (or two, decode_body). SP > 1 (small batch, see decode_layout): a head's rows are split over
  * SP blocks (block (head, part) = (blockIdx.x / SP, blockIdx.x % SP) owns rows part N / SP ..;
  * rows are independent), each staging the head's whole token vectors itself, so SP times the
  * SMs move the state and a block's barrier spans N / SP rows. P lanes per row: 2, or 4 (N = 64
@@ -368,36 +378,51 @@ struct DecodeShape {
 };
 
 /* x[c][f] <- the decay of x[c][f] for the SC columns c, one switch on the form around all of
- * them: a switch per column (each a branch tree, clampw's division with its slow-path call) runs
- * the transforms one after the other (NOTES v29). The same bits as decay_of per element. */
-template <int SC, int F>
+ * them: a switch per column (each a branch tree) ran the transforms one after the other (NOTES
+ * v29). FORM (4: clampw) makes the form a constant: no branch tree at all (NOTES v33). Clampw's
+ * reciprocal without the division's branch (decay_of<true>), so the columns' transforms
+ * interleave: the same bits as decay_of per element. */
+template <int SC, int F, int FORM = 0>
 __device__ __forceinline__ void decay_cols(int form, float (&x)[SC][F], int f) {
     float ddw;
-    switch (form) {
+    switch (FORM ? FORM : form) {
     case 1:
 #pragma unroll
-        for (int c = 0; c < SC; ++c) x[c][f] = decay_of(1, x[c][f], &ddw);
+        for (int c = 0; c < SC; ++c) x[c][f] = decay_of<true>(1, x[c][f], &ddw);
         break;
     case 2:
 #pragma unroll
-        for (int c = 0; c < SC; ++c) x[c][f] = decay_of(2, x[c][f], &ddw);
+        for (int c = 0; c < SC; ++c) x[c][f] = decay_of<true>(2, x[c][f], &ddw);
         break;
     case 3:
 #pragma unroll
-        for (int c = 0; c < SC; ++c) x[c][f] = decay_of(3, x[c][f], &ddw);
+        for (int c = 0; c < SC; ++c) x[c][f] = decay_of<true>(3, x[c][f], &ddw);
         break;
     default:
 #pragma unroll
-        for (int c = 0; c < SC; ++c) x[c][f] = decay_of(4, x[c][f], &ddw); /* clampw */
+        for (int c = 0; c < SC; ++c) x[c][f] = decay_of<true>(4, x[c][f], &ddw); /* clampw */
         break;
     }
 }
 
-template <int N, int R, int SP, int P, class Acc>
+/* The one-token step of a block. FORM: 0, or 4 when the launch is clampw (decay_cols). Two
+ * orders of the work after the loads:
+ *  - one barrier: every thread transforms its columns' decays and stages all six vectors, then
+ *    each row's sa = S . a, update and y;
+ *  - kSplit (one-warp blocks of 8 rows x 4 lanes, the smallest batches, decode_layout): r k v a
+ *    b staged first and sa = S . a computed while the decay is transformed, the decay staged
+ *    behind a second warp barrier; the state stored before the y dot product. The decay's ~100
+ *    cycles then run beside sa's instead of ahead of every shared-memory read (NOTES v33: B = 1
+ *    f32 2.69 -> 2.46 us with the constant form and decay_of<true>; v29 lost with this order
+ *    because the decay's branches kept ptxas from interleaving it; v22 lost with a second
+ *    block-wide barrier at 4-warp blocks).
+ * Both give the same bits (row_update = row_dot + row_apply). */
+template <int N, int R, int SP, int P, int FORM = 0, class Acc>
 __device__ __forceinline__ void decode_body(const Acc& acc) {
     using T = Tile<N, R, P>;
     constexpr int C = T::C, G = T::G;
     constexpr int NT = DecodeShape<N, R, SP, P>::NT, SC = DecodeShape<N, R, SP, P>::SC;
+    constexpr bool kSplit = NT == 32 && P == 4;
     __shared__ __align__(16) float s_tok[F_NUM][N];
     const int tid = threadIdx.x;
     const int rg = (int)(blockIdx.x % SP) * (NT / P) + tid / P, q = tid % P; /* rg: the head's row group */
@@ -412,40 +437,66 @@ __device__ __forceinline__ void decode_body(const Acc& acc) {
     float v[R];
     float S[R][C];
     acc.template load_state<T>(rg, q, S);
-    if (SC > 1 || tid < N) {
-        decay_cols<SC, F_NUM>(acc.form(), x, F_D);
+    if constexpr (kSplit) {
+        static_assert(SC * NT == N, "kSplit: every thread stages SC columns");
 #pragma unroll
-        for (int c = 0; c < SC; ++c) {
-            const int sj = SC > 1 ? tid + c * NT : tid;
+        for (int c = 0; c < SC; ++c)
 #pragma unroll
-            for (int f = 0; f < F_NUM; ++f) s_tok[f][sj] = x[c][f];
+            for (int f = 0; f < F_NUM; ++f)
+                if (f != F_D) s_tok[f][tid + c * NT] = x[c][f];
+        __syncwarp();
+        lds_groups<P, G>(s_tok[F_A], q, a4);
+        lds_groups<P, G>(s_tok[F_K], q, k4);
+        lds_groups<P, G>(s_tok[F_B], q, b4);
+        lds_groups<P, G>(s_tok[F_R], q, r4);
+        lds_r<R>(s_tok[F_V] + rg * R, v);
+        decay_cols<SC, F_NUM, FORM>(acc.form(), x, F_D);
+        float sa[R];
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) sa[rr] = row_dot<P, G>(S[rr], a4);
+#pragma unroll
+        for (int c = 0; c < SC; ++c) s_tok[F_D][tid + c * NT] = x[c][F_D];
+        __syncwarp();
+        lds_groups<P, G>(s_tok[F_D], q, d4);
+        if (float* ck = acc.ckpt()) store_row_slices<N, R, P, G>(ck, S, rg, q);
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) row_apply<G>(S[rr], v[rr], sa[rr], d4, k4, b4);
+        acc.template store_state<T>(rg, q, S);
+    } else {
+        if (SC > 1 || tid < N) {
+            decay_cols<SC, F_NUM, FORM>(acc.form(), x, F_D);
+#pragma unroll
+            for (int c = 0; c < SC; ++c) {
+                const int sj = SC > 1 ? tid + c * NT : tid;
+#pragma unroll
+                for (int f = 0; f < F_NUM; ++f) s_tok[f][sj] = x[c][f];
+            }
         }
+        /* a one-warp block needs only the warp's barrier (its memory ordering included) */
+        if constexpr (NT == 32) __syncwarp();
+        else __syncthreads();
+        /* row_step's loads and arithmetic, the decay read last (as measured, NOTES v24) */
+        lds_groups<P, G>(s_tok[F_A], q, a4);
+        lds_groups<P, G>(s_tok[F_K], q, k4);
+        lds_groups<P, G>(s_tok[F_B], q, b4);
+        lds_groups<P, G>(s_tok[F_R], q, r4);
+        lds_r<R>(s_tok[F_V] + rg * R, v);
+        lds_groups<P, G>(s_tok[F_D], q, d4);
+        /* the state before the token, stored only now that the update needs S anyway: a
+         * (predicated) store naming S right after its loads made the warp wait for them before
+         * the decay transform (NOTES v29) */
+        if (float* ck = acc.ckpt()) store_row_slices<N, R, P, G>(ck, S, rg, q);
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr) row_update<P, G>(S[rr], v[rr], a4, d4, k4, b4);
     }
-    /* a one-warp block needs only the warp's barrier (its memory ordering included) */
-    if constexpr (NT == 32) __syncwarp();
-    else __syncthreads();
-    /* row_step's loads and arithmetic, the decay read last (as measured, NOTES v24) */
-    lds_groups<P, G>(s_tok[F_A], q, a4);
-    lds_groups<P, G>(s_tok[F_K], q, k4);
-    lds_groups<P, G>(s_tok[F_B], q, b4);
-    lds_groups<P, G>(s_tok[F_R], q, r4);
-    lds_r<R>(s_tok[F_V] + rg * R, v);
-    lds_groups<P, G>(s_tok[F_D], q, d4);
-    /* the state before the token, stored only now that the update needs S anyway: a (predicated)
-     * store naming S right after its loads made the warp wait for them before the decay
-     * transform (NOTES v29) */
-    if (float* ck = acc.ckpt()) store_row_slices<N, R, P, G>(ck, S, rg, q);
     float y[R];
 #pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-        row_update<P, G>(S[rr], v[rr], a4, d4, k4, b4);
-        y[rr] = row_dot<P, G>(S[rr], r4);
-    }
+    for (int rr = 0; rr < R; ++rr) y[rr] = row_dot<P, G>(S[rr], r4);
     if (acc.has_y() && q == 0) {
 #pragma unroll
         for (int rr = 0; rr < R; ++rr) acc.store_y(rg * R + rr, y[rr]);
     }
-    acc.template store_state<T>(rg, q, S);
+    if constexpr (!kSplit) acc.template store_state<T>(rg, q, S);
 }
 
 template <int N, int R, int SP, int P>
@@ -454,10 +505,22 @@ __global__ void __launch_bounds__(DecodeShape<N, R, SP, P>::NT)
     decode_body<N, R, SP, P>(DecodeViews<N>(p, blockIdx.x / SP));
 }
 
-template <int N, int R, int SP, int P, int E>
+template <int N, int R, int SP, int P, int E, int FORM = 0>
 __global__ void __launch_bounds__(DecodeShape<N, R, SP, P>::NT)
     rwkv7_decode_dense_kernel(const __grid_constant__ Rwkv7DecodeDense p) {
-    decode_body<N, R, SP, P>(DecodeDense<N, E>(p, blockIdx.x / SP));
+    decode_body<N, R, SP, P, FORM>(DecodeDense<N, E>(p, blockIdx.x / SP));
+}
+
+/* The dense kernel of dtype E; at P = 4 (the smallest batches) its clampw copy for clampw. */
+template <int N, int R, int SP, int P, int E>
+void launch_dense(const Rwkv7DecodeDense& dd, unsigned grid, unsigned nt, cudaStream_t stream) {
+    if constexpr (P == 4) {
+        if (dd.form == WKV_DECAY_CLAMPW) {
+            rwkv7_decode_dense_kernel<N, R, SP, P, E, WKV_DECAY_CLAMPW><<<grid, nt, 0, stream>>>(dd);
+            return;
+        }
+    }
+    rwkv7_decode_dense_kernel<N, R, SP, P, E><<<grid, nt, 0, stream>>>(dd);
 }
 
 /* The decode kernel's layout, chosen here only: R rows per thread, a head's rows over SP
@@ -549,9 +612,9 @@ void launch_decode(const Rwkv7FwdParams& p, unsigned nb, cudaStream_t stream) {
         Rwkv7DecodeDense dd;
         int elem = 0;
         if (decode_dense(p, N, &dd, &elem)) {
-            if (elem == 0) rwkv7_decode_dense_kernel<N, R, SP, P, 0><<<grid, NT, 0, stream>>>(dd);
-            else if (elem == 1) rwkv7_decode_dense_kernel<N, R, SP, P, 1><<<grid, NT, 0, stream>>>(dd);
-            else rwkv7_decode_dense_kernel<N, R, SP, P, 2><<<grid, NT, 0, stream>>>(dd);
+            if (elem == 0) launch_dense<N, R, SP, P, 0>(dd, grid, NT, stream);
+            else if (elem == 1) launch_dense<N, R, SP, P, 1>(dd, grid, NT, stream);
+            else launch_dense<N, R, SP, P, 2>(dd, grid, NT, stream);
             return;
         }
     }

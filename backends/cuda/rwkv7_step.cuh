@@ -345,11 +345,9 @@ __device__ __forceinline__ float row_dot(const float (&x)[4 * G], const float4 (
 
 /* One token on one row slice: sa = S . a, then S <- S o decay + sa b + v k. Returns sa. The
  * forward kernels and the backward's replay share it (one arithmetic for the recurrence). */
-template <int P, int G>
-__device__ __forceinline__ float row_update(float (&S)[4 * G], float v, const float4 (&a4)[G],
-                                            const float4 (&d4)[G], const float4 (&k4)[G],
-                                            const float4 (&b4)[G]) {
-    const float sa = row_dot<P, G>(S, a4);
+template <int G>
+__device__ __forceinline__ void row_apply(float (&S)[4 * G], float v, float sa, const float4 (&d4)[G],
+                                          const float4 (&k4)[G], const float4 (&b4)[G]) {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
         float* x = &S[4 * g];
@@ -358,6 +356,14 @@ __device__ __forceinline__ float row_update(float (&S)[4 * G], float v, const fl
         x[2] = fmaf(x[2], d4[g].z, fmaf(sa, b4[g].z, v * k4[g].z));
         x[3] = fmaf(x[3], d4[g].w, fmaf(sa, b4[g].w, v * k4[g].w));
     }
+}
+
+template <int P, int G>
+__device__ __forceinline__ float row_update(float (&S)[4 * G], float v, const float4 (&a4)[G],
+                                            const float4 (&d4)[G], const float4 (&k4)[G],
+                                            const float4 (&b4)[G]) {
+    const float sa = row_dot<P, G>(S, a4);
+    row_apply<G>(S, v, sa, d4, k4, b4);
     return sa;
 }
 

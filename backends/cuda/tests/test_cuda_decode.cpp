@@ -8,8 +8,8 @@
 // row per thread, a head's rows split over 4 blocks (N = 32: 2; N = 64 at B = 1 on a GPU of 64
 // SMs or more: 8 one-warp blocks, 4 lanes per row, the same sums); B = 256 (512 heads) the one
 // with two rows per thread, whole heads (decode_layout; the general form
-// only); N = 32 / 64 / 128; f32 and bf16 inputs; state_in and state_out apart (so a replay
-// recomputes the same step) or one buffer. And T one-token calls in place (views of a T-token
+// only); N = 32 / 64 / 128; f32 and bf16 inputs; clampw, and at N = 64 the other decay forms;
+// state_in and state_out apart (so a replay recomputes the same step) or one buffer. And T one-token calls in place (views of a T-token
 // tensor: the general form) give one T-token call's bits (y and state). Outputs are NaN-filled
 // before every call.
 #include "wkv_doctest.h"
@@ -78,11 +78,11 @@ struct Dev {
 };
 
 void check_decode(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, int64_t N, wkv_dtype dt,
-                  bool in_place, uint64_t seed) {
+                  bool in_place, uint64_t seed, wkv_decay_form form = WKV_DECAY_CLAMPW) {
     INFO("B=" << B << " H=" << H << " N=" << N << " " << std::string(dtype_name(dt)) << std::string(in_place ? " in place" : "")
-              << " seed=" << seed);
+              << " form=" << form_name(form) << " seed=" << seed);
     Rng rng(seed);
-    Rwkv7Data d = random_rwkv7(rng, B, 1, H, N, WKV_DECAY_CLAMPW, true);
+    Rwkv7Data d = random_rwkv7(rng, B, 1, H, N, form, true);
     for (auto* x : d.inputs()) *x = rounded(dt, *x); // the reference sees what the GPU reads
     std::vector<double> y_ref, s_ref;
     ref_forward(d, y_ref, s_ref);
@@ -100,7 +100,7 @@ void check_decode(wkv_context* ctx, cudaStream_t stream, int64_t B, int64_t H, i
     wkv_forward_desc f{};
     f.struct_size = sizeof f;
     f.op = WKV_OP_RWKV7;
-    f.decay_form = WKV_DECAY_CLAMPW;
+    f.decay_form = form;
     wkv_tensor* xs[6] = {&f.r, &f.w, &f.k, &f.v, &f.a, &f.b};
     for (int i = 0; i < 6; i++) *xs[i] = in[(size_t)i]->view();
     f.y = y.view();
@@ -278,6 +278,12 @@ TEST_CASE("cuda rwkv7 decode: T = 1 is one kernel node in a graph; its replays, 
             check_decode(ctx, stream, 3, 2, N, dt, true, seed + 1);
         }
     check_decode(ctx, stream, 256, 2, 64, WKV_DTYPE_F32, false, seed + 2);
+    // the other decay forms (above: clampw, which at B <= 2, N = 64 takes a copy of the kernel
+    // with the form a constant; these take the one that switches on the form, NOTES v33)
+    for (wkv_decay_form form : {WKV_DECAY_DIRECT, WKV_DECAY_LOG, WKV_DECAY_EXP_NEG_EXP}) {
+        check_decode(ctx, stream, 1, 32, 64, WKV_DTYPE_F32, false, seed + 5, form);
+        check_decode(ctx, stream, 3, 2, 64, WKV_DTYPE_BF16, true, seed + 6, form);
+    }
     for (int64_t N : {32, 64, 128}) check_steps(ctx, stream, 2, 3, N, N == 64 ? WKV_DTYPE_BF16 : WKV_DTYPE_F32, seed + 4);
     check_decode(ctx, stream, 256, 2, 64, WKV_DTYPE_BF16, true, seed + 3);
     REQUIRE(wkv_cuda_set_stream(ctx, nullptr) == WKV_OK);
