@@ -18,7 +18,7 @@
  *      S_{t-1} (in row quads, see BwdLayout), each sa_t and the per-warp partial sums of
  *      sa_t . dy_t and v_t . dy_t in shared memory; then walk the window backwards with the
  *      state gradient dS held twice in registers:
- *        row form    (thread (rg, q): dS[R rows][J(q)])          -> dv, d sa    (row sums)
+ *        row form    (thread (rg, q) of its own tile (BwdRowTile): dS[rows][J(q)]) -> dv, d sa (row sums)
  *        column form (thread (j, q): dS[rows of quads q + LC m][j]) -> dk db da dd dr (column sums)
  *      so every sum is over the L (LC) lanes of one row (column), never over the block:
  *        g = dS + dy r^T;  dv = g k;  d sa = g b;  dk = g^T v;  db = g^T sa;
@@ -40,6 +40,12 @@ __host__ __device__ constexpr int bwd_threads(int N) { return N == 128 ? 512 : 1
 template <> struct BwdTile<32> { using T = Tile<32, 2, 8>; };
 template <> struct BwdTile<64> { using T = Tile<64, 4, 8>; };
 template <> struct BwdTile<128> { using T = Tile<128, 2, 8>; };
+/* The row form's tile (dS by rows: dv, d sa). It reads no state, so its layout need not be the
+ * replay's: at N = 32 one row x 8 columns per thread over 4 lanes (2 shuffle levels for 2 sums
+ * instead of 3 for 4) is -5% bwd-reuse; at N = 64 Tile<64, 2, 4> (8 shuffles instead of 24)
+ * was +7.6%, Tile<64, 1, 2> +6% (NOTES v32), so N = 64 and 128 keep the replay's tile. */
+template <int N> struct BwdRowTile { using T = typename BwdTile<N>::T; };
+template <> struct BwdRowTile<32> { using T = Tile<32, 1, 4>; };
 
 /* ------------------------------------------------------------------------------ backward */
 
@@ -124,6 +130,9 @@ template <int N>
 __global__ void __launch_bounds__(bwd_threads(N), 1)
     rwkv7_backward_kernel(const __grid_constant__ Rwkv7BwdParams p) {
     using T = typename BwdTile<N>::T;
+    using RT = typename BwdRowTile<N>::T; /* the row form's tile */
+    static_assert(RT::NT == T::NT, "row tile");
+    constexpr int RR = RT::R, RL = RT::L, RC = RT::C, RG = RT::G;
     using Lay = BwdLayout<T>;
     static_assert(T::NT == bwd_threads(N), "block size");
     constexpr int R = T::R, L = T::L, C = T::C, G = T::G, TPJ = T::TPJ;
@@ -145,7 +154,8 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     auto outv = [&](int x, int which) -> float* { return s_out + ((size_t)x * Lay::NOUT + which) * N; };
 
     const int tid = threadIdx.x;
-    const int rg = tid / L, q = tid % L;  /* replay and row form: rows rg R.., columns J(q) */
+    const int rg = tid / L, q = tid % L;  /* replay: rows rg R.., columns J(q) */
+    const int rgr = tid / RL, qr = tid % RL; /* row form: rows rgr RR.., columns J(qr) of RT */
     const int cg = tid / LC, cq = tid % LC; /* column form: columns cg CC.., quads cq + LC m */
     const int sj = tid % N, su = tid / N; /* staging: column sj, tokens su + TPJ x */
     const SeqPos pos = seq_pos(p.seq, p.H, p.T);
@@ -270,8 +280,8 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     }
 
     /* ---------------- B: segments in reverse */
-    float dSr[R][C], dSc[CC][4 * NQ]; /* dSc[cc][4 m + e]: row 4 (cq + LC m) + e, column cg CC + cc */
-    load_state_rows<T>(p.dstate_out, pos.s, pos.h, rg, q, dSr);
+    float dSr[RR][RC], dSc[CC][4 * NQ]; /* dSc[cc][4 m + e]: row 4 (cq + LC m) + e, column cg CC + cc */
+    load_state_rows<RT>(p.dstate_out, pos.s, pos.h, rgr, qr, dSr);
     if (p.dstate_out.data) {
         const float* ps = reinterpret_cast<const float*>(p.dstate_out.data);
         const int64_t base = pos.s * p.dstate_out.s[0] + pos.h * p.dstate_out.s[1] + (int64_t)(cg * CC) * p.dstate_out.s[3];
@@ -423,15 +433,15 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                     const float4* b4 = reinterpret_cast<const float4*>(tokv(u, T_B));
                     const float4* d4 = reinterpret_cast<const float4*>(tokv(u, T_D));
                     const float4* a4 = reinterpret_cast<const float4*>(tokv(u, T_A));
-                    float dyr[R], dv[R], ds[R];
-                    lds_r<R>(tokv(u, T_DY) + rg * R, dyr);
+                    float dyr[RR], dv[RR], ds[RR];
+                    lds_r<RR>(tokv(u, T_DY) + rgr * RR, dyr);
 #pragma unroll
-                    for (int rr = 0; rr < R; ++rr) dv[rr] = 0.0f, ds[rr] = 0.0f;
+                    for (int rr = 0; rr < RR; ++rr) dv[rr] = 0.0f, ds[rr] = 0.0f;
 #pragma unroll
-                    for (int gg = 0; gg < G; ++gg) {
-                        const float4 rv = r4[gg * L + q], kv = k4[gg * L + q], bv4 = b4[gg * L + q];
+                    for (int gg = 0; gg < RG; ++gg) {
+                        const float4 rv = r4[gg * RL + qr], kv = k4[gg * RL + qr], bv4 = b4[gg * RL + qr];
 #pragma unroll
-                        for (int rr = 0; rr < R; ++rr) {
+                        for (int rr = 0; rr < RR; ++rr) {
                             float* x4 = &dSr[rr][4 * gg];
                             x4[0] = fmaf(dyr[rr], rv.x, x4[0]);
                             x4[1] = fmaf(dyr[rr], rv.y, x4[1]);
@@ -448,15 +458,15 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                         }
                     }
 #pragma unroll
-                    for (int rr = 0; rr < R; ++rr) {
-                        dv[rr] = lanes_sum<L>(dv[rr]);
-                        ds[rr] = lanes_sum<L>(ds[rr]);
+                    for (int rr = 0; rr < RR; ++rr) {
+                        dv[rr] = lanes_sum<RL>(dv[rr]);
+                        ds[rr] = lanes_sum<RL>(ds[rr]);
                     }
 #pragma unroll
-                    for (int gg = 0; gg < G; ++gg) {
-                        const float4 dv4 = d4[gg * L + q], av = a4[gg * L + q];
+                    for (int gg = 0; gg < RG; ++gg) {
+                        const float4 dv4 = d4[gg * RL + qr], av = a4[gg * RL + qr];
 #pragma unroll
-                        for (int rr = 0; rr < R; ++rr) {
+                        for (int rr = 0; rr < RR; ++rr) {
                             float* x4 = &dSr[rr][4 * gg];
                             x4[0] = fmaf(x4[0], dv4.x, ds[rr] * av.x);
                             x4[1] = fmaf(x4[1], dv4.y, ds[rr] * av.y);
@@ -464,9 +474,9 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                             x4[3] = fmaf(x4[3], dv4.w, ds[rr] * av.w);
                         }
                     }
-                    if (q == 0) {
-                        sts_r<R>(s_dsa + (x & 1) * N + rg * R, ds);
-                        sts_r<R>(outv(x, O_DV) + rg * R, dv);
+                    if (qr == 0) {
+                        sts_r<RR>(s_dsa + (x & 1) * N + rgr * RR, ds);
+                        sts_r<RR>(outv(x, O_DV) + rgr * RR, dv);
                     }
                 }
                 __syncthreads();
@@ -584,7 +594,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
             }
         }
     }
-    store_state_rows<T>(p.dstate_in, pos.s, pos.h, rg, q, dSr);
+    store_state_rows<RT>(p.dstate_in, pos.s, pos.h, rgr, qr, dSr);
 }
 
 template <int N>

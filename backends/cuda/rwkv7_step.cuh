@@ -77,6 +77,7 @@ __device__ __forceinline__ void lds_r(const float* p, float* x) {
 template <int R>
 __device__ __forceinline__ void sts_r(float* p, const float* x) {
     if constexpr (R == 4) *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+    else if constexpr (R == 1) *p = x[0];
     else *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
 }
 
