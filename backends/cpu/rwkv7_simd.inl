@@ -41,6 +41,61 @@ WKV_SIMD_INLINE void sa_block(const float* rows, int64_t rs, int nv, const float
     }
 }
 
+/* The update (+ readout) of the kRows rows [ib, ib + kRows) of one token: step_rows' loop body,
+ * with the rows' sa at sa (sa_block's sums). */
+template <int NV, bool kY, bool kDr>
+WKV_SIMD_INLINE void update_block(const float* src, int64_t srs, float* dst, int64_t drs, int nv,
+                                  int64_t ib, const float* sa, const float* __restrict decay,
+                                  const float* __restrict k, const float* __restrict v,
+                                  const float* __restrict b, const float* __restrict r,
+                                  float* y) noexcept {
+    const float* sp[kRows];
+    float* dp[kRows];
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows; ++u) {
+        sp[u] = src + (ib + u) * srs;
+        dp[u] = dst + (ib + u) * drs;
+    }
+    /* per-row scalars are broadcast from memory (a load-port operation) rather than
+     * shuffled out of a register (the port 512-bit FMAs also use): NOTES.md, step 12 */
+    T sab[kRows], vb[kRows];
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows; ++u) {
+        sab[u] = V::bcast_mem(sa + u);
+        vb[u] = V::bcast_mem(v + ib + u);
+    }
+
+    T dyb[kRows]; /* kDr: dy of the rows */
+    if (kDr) {
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) dyb[u] = V::bcast_mem(r + ib + u);
+    }
+
+    T yc[kRows];
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows; ++u) yc[u] = V::zero();
+#pragma GCC unroll 16
+    for (int q = 0; q < nv; ++q) {
+        const int64_t o = (int64_t)q * W;
+        const T dv = V::load(decay + o), bv = V::load(b + o), kv = V::load(k + o);
+        const T rv = kY ? V::load(r + o) : V::zero();
+        T drv = kDr ? V::load(y + o) : V::zero();
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) {
+            const T x = V::fma(V::load(sp[u] + o), dv, V::fma(sab[u], bv, V::mul(vb[u], kv)));
+            V::store(dp[u] + o, x);
+            if (kY) yc[u] = V::fma(x, rv, yc[u]);
+            if (kDr) drv = V::fma(x, dyb[u], drv);
+        }
+        if (kDr) V::store(y + o, drv);
+    }
+    if (kY) {
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; u += 4)
+            V::q_storeu(y + ib + u, V::hsum4(yc[u], yc[u + 1], yc[u + 2], yc[u + 3]));
+    }
+}
+
 /* One token over the rows [0, Np) of the state: src rows (row stride srs) -> dst rows (drs);
  * dst may be src (in place). NV: vectors per row (0 = the run-time nv). kY: also y = S_new . r
  * (into y). kDr (the backward's replay): also dr = S_new^T dy (into y, with r = dy). sa_out
@@ -66,53 +121,7 @@ inline void step_rows(const float* src, int64_t srs, float* dst, int64_t drs, in
         if (ib + kRows < Np)
             sa_block<NV>(src + (ib + kRows) * srs, srs, nv, a, sa_mem[cur ^ 1],
                          sa_out ? sa_out + ib + kRows : nullptr);
-
-        const float* sp[kRows];
-        float* dp[kRows];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows; ++u) {
-            sp[u] = src + (ib + u) * srs;
-            dp[u] = dst + (ib + u) * drs;
-        }
-        /* per-row scalars are broadcast from memory (a load-port operation) rather than
-         * shuffled out of a register (the port 512-bit FMAs also use): NOTES.md, step 12 */
-        T sab[kRows], vb[kRows];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows; ++u) {
-            sab[u] = V::bcast_mem(sa_mem[cur] + u);
-            vb[u] = V::bcast_mem(v + ib + u);
-        }
-
-        T dyb[kRows]; /* kDr: dy of the rows */
-        if (kDr) {
-#pragma GCC unroll 16
-            for (int u = 0; u < kRows; ++u) dyb[u] = V::bcast_mem(r + ib + u);
-        }
-
-        /* update (+ readout) */
-        T yc[kRows];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows; ++u) yc[u] = V::zero();
-#pragma GCC unroll 16
-        for (int q = 0; q < nv; ++q) {
-            const int64_t o = (int64_t)q * W;
-            const T dv = V::load(decay + o), bv = V::load(b + o), kv = V::load(k + o);
-            const T rv = kY ? V::load(r + o) : V::zero();
-            T drv = kDr ? V::load(y + o) : V::zero();
-#pragma GCC unroll 16
-            for (int u = 0; u < kRows; ++u) {
-                const T x = V::fma(V::load(sp[u] + o), dv, V::fma(sab[u], bv, V::mul(vb[u], kv)));
-                V::store(dp[u] + o, x);
-                if (kY) yc[u] = V::fma(x, rv, yc[u]);
-                if (kDr) drv = V::fma(x, dyb[u], drv);
-            }
-            if (kDr) V::store(y + o, drv);
-        }
-        if (kY) {
-#pragma GCC unroll 16
-            for (int u = 0; u < kRows; u += 4)
-                V::q_storeu(y + ib + u, V::hsum4(yc[u], yc[u + 1], yc[u + 2], yc[u + 3]));
-        }
+        update_block<NV, kY, kDr>(src, srs, dst, drs, nv, ib, sa_mem[cur], decay, k, v, b, r, y);
     }
 }
 
@@ -368,76 +377,135 @@ WKV_SIMD_INLINE void da_rows(const float* sp, const float* dsa, float* da, int n
  * Every row is addressed from rec with compile-time offsets (NV > 0): the pass then needs a
  * handful of general registers, where a pointer per row spilled them (NOTES.md, step 21). */
 template <int NV, bool kPend>
-inline void backward_rows(float* dS, const float* Sp, float* rec, float* __restrict dd,
-                          int nv_rt, int64_t Np_rt) noexcept {
+WKV_SIMD_INLINE void sweep_block(float* dS, const float* Sp, float* rec, float* __restrict dd,
+                                 int nv_rt, int64_t Np_rt, int64_t ib) noexcept {
     const int nv = NV ? NV : nv_rt;
     const int64_t Np = NV ? (int64_t)NV * W : Np_rt;
     /* the record's rows (record7's order) and the gradient rows after them */
     const float *r = rec, *k = rec + Np, *v = rec + 2 * Np, *b = rec + 4 * Np,
                 *dy = rec + 5 * Np;
     float* dsa = rec + 8 * Np; /* sa_t, then dsa_t row by row */
-    float *dk = rec + 11 * Np, *dv = rec + 12 * Np, *da = rec + 13 * Np, *db = rec + 14 * Np;
+    float *dk = rec + 11 * Np, *dv = rec + 12 * Np, *db = rec + 14 * Np;
     const float* next = rec + kTokRows * Np; /* token t+1's record (kPend) */
     const float *pa = next + 3 * Np, *pdecay = next + 6 * Np, *pdsa = next + 8 * Np;
+    float* g = dS + ib * Np;
+    const float* sp = Sp + ib * Np;
+    /* per-row scalars: dy and the pending dsa held as broadcasts; v and sa, read once per
+     * vector, as broadcasts from memory into the FMA (V::fma_bm), which keeps the pass
+     * inside AVX-512's 32 registers */
+    T dyb[kRows], pdb[kRows];
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows; ++u) {
+        dyb[u] = V::bcast_mem(dy + ib + u);
+        if (kPend) pdb[u] = V::bcast_mem(pdsa + ib + u);
+    }
+
+    /* g = dS_t + dy r^T, dS_t = g' decay' + dsa' a'^T (kPend; ' = token t+1) (stored);
+     * dk += g^T v;  db += g^T sa;  dd += sum_i g * Sp;  cv = g . k (dv);  cb = g . b (dsa) */
+    T cv[kRows], cb[kRows];
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows; ++u) cv[u] = cb[u] = V::zero();
+#pragma GCC unroll 16
+    for (int q = 0; q < nv; ++q) {
+        const int64_t o = (int64_t)q * W;
+        const T rv = V::load(r + o), kv = V::load(k + o), bv = V::load(b + o);
+        const T pdec = kPend ? V::load(pdecay + o) : V::zero();
+        const T pav = kPend ? V::load(pa + o) : V::zero();
+        T dkv = V::load(dk + o), dbv = V::load(db + o), ddv = V::load(dd + o);
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows; ++u) {
+            const T ds = kPend ? V::fma(V::load(g + u * Np + o), pdec, V::mul(pdb[u], pav))
+                               : V::load(g + u * Np + o);
+            const T gv = V::fma(dyb[u], rv, ds);
+            V::store(g + u * Np + o, gv);
+            dkv = V::fma_bm(gv, v + ib + u, dkv);
+            dbv = V::fma_bm(gv, dsa + ib + u, dbv); /* still sa_t here */
+            ddv = V::fma(gv, V::load(sp + u * Np + o), ddv);
+            cv[u] = V::fma(gv, kv, cv[u]);
+            cb[u] = V::fma(gv, bv, cb[u]);
+        }
+        V::store(dk + o, dkv);
+        V::store(db + o, dbv);
+        V::store(dd + o, ddv);
+    }
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows; u += 4) {
+        V::q_storeu(dv + ib + u, V::hsum4(cv[u], cv[u + 1], cv[u + 2], cv[u + 3]));
+        V::q_storeu(dsa + ib + u, V::hsum4(cb[u], cb[u + 1], cb[u + 2], cb[u + 3]));
+    }
+}
+
+/* backward_rows' zeroed sums: the record's dk, db, da rows and dd. */
+inline void sweep_begin(float* rec, float* dd, int64_t Np) noexcept {
+    float *dk = rec + 11 * Np, *da = rec + 13 * Np, *db = rec + 14 * Np;
     for (int64_t j = 0; j < Np; j += W) {
         V::store(dk + j, V::zero());
         V::store(db + j, V::zero());
         V::store(dd + j, V::zero());
         V::store(da + j, V::zero());
     }
-    for (int64_t ib = 0; ib < Np; ib += kRows) {
-        float* g = dS + ib * Np;
-        const float* sp = Sp + ib * Np;
-        /* per-row scalars: dy and the pending dsa held as broadcasts; v and sa, read once per
-         * vector, as broadcasts from memory into the FMA (V::fma_bm), which keeps the pass
-         * inside AVX-512's 32 registers */
-        T dyb[kRows], pdb[kRows];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows; ++u) {
-            dyb[u] = V::bcast_mem(dy + ib + u);
-            if (kPend) pdb[u] = V::bcast_mem(pdsa + ib + u);
-        }
+}
 
-        /* g = dS_t + dy r^T, dS_t = g' decay' + dsa' a'^T (kPend; ' = token t+1) (stored);
-         * dk += g^T v;  db += g^T sa;  dd += sum_i g * Sp;  cv = g . k (dv);  cb = g . b (dsa) */
-        T cv[kRows], cb[kRows];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows; ++u) cv[u] = cb[u] = V::zero();
-#pragma GCC unroll 16
-        for (int q = 0; q < nv; ++q) {
-            const int64_t o = (int64_t)q * W;
-            const T rv = V::load(r + o), kv = V::load(k + o), bv = V::load(b + o);
-            const T pdec = kPend ? V::load(pdecay + o) : V::zero();
-            const T pav = kPend ? V::load(pa + o) : V::zero();
-            T dkv = V::load(dk + o), dbv = V::load(db + o), ddv = V::load(dd + o);
-#pragma GCC unroll 16
-            for (int u = 0; u < kRows; ++u) {
-                const T ds = kPend ? V::fma(V::load(g + u * Np + o), pdec, V::mul(pdb[u], pav))
-                                   : V::load(g + u * Np + o);
-                const T gv = V::fma(dyb[u], rv, ds);
-                V::store(g + u * Np + o, gv);
-                dkv = V::fma_bm(gv, v + ib + u, dkv);
-                dbv = V::fma_bm(gv, dsa + ib + u, dbv); /* still sa_t here */
-                ddv = V::fma(gv, V::load(sp + u * Np + o), ddv);
-                cv[u] = V::fma(gv, kv, cv[u]);
-                cb[u] = V::fma(gv, bv, cb[u]);
-            }
-            V::store(dk + o, dkv);
-            V::store(db + o, dbv);
-            V::store(dd + o, ddv);
-        }
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows; u += 4) {
-            V::q_storeu(dv + ib + u, V::hsum4(cv[u], cv[u + 1], cv[u + 2], cv[u + 3]));
-            V::q_storeu(dsa + ib + u, V::hsum4(cb[u], cb[u + 1], cb[u + 2], cb[u + 3]));
-        }
-        /* AVX-512: the previous block's second pass, whose dsa sums are long done, so this
-         * block's reductions run beside it instead of in front of it (NOTES.md, step 25: the
-         * sweep −10%; on AVX2, 16 registers, no gain: there each block's own pass) */
-        if (!kSweepPipelined) da_rows<NV>(sp, dsa + ib, da, nv, Np);
-        else if (ib > 0) da_rows<NV>(Sp + (ib - kRows) * Np, dsa + ib - kRows, da, nv, Np);
+/* backward_rows' second passes due after block ib's first: da += Sp^T dsa for block ib, or on
+ * AVX-512 for the block before it, whose dsa sums are long done, so that this block's
+ * reductions run beside it instead of in front of it (NOTES.md, step 25: the sweep −10%; on
+ * AVX2, 16 registers, no gain: there each block's own pass). */
+template <int NV>
+WKV_SIMD_INLINE void sweep_da(const float* Sp, float* rec, int nv, int64_t Np, int64_t ib) noexcept {
+    const float* dsa = rec + 8 * Np;
+    float* da = rec + 13 * Np;
+    if (!kSweepPipelined) da_rows<NV>(Sp + ib * Np, dsa + ib, da, nv, Np);
+    else if (ib > 0) da_rows<NV>(Sp + (ib - kRows) * Np, dsa + ib - kRows, da, nv, Np);
+}
+template <int NV>
+WKV_SIMD_INLINE void sweep_end(const float* Sp, float* rec, int nv, int64_t Np) noexcept {
+    if (kSweepPipelined)
+        da_rows<NV>(Sp + (Np - kRows) * Np, rec + 8 * Np + Np - kRows, rec + 13 * Np, nv, Np);
+}
+
+template <int NV, bool kPend>
+inline void backward_rows(float* dS, const float* Sp, float* rec, float* __restrict dd,
+                          int nv_rt, int64_t Np_rt) noexcept {
+    const int nv = NV ? NV : nv_rt;
+    const int64_t Np = NV ? (int64_t)NV * W : Np_rt;
+    sweep_begin(rec, dd, Np);
+    for (int64_t ib = 0; ib < Np; ib += kRows) {
+        sweep_block<NV, kPend>(dS, Sp, rec, dd, nv, Np, ib);
+        sweep_da<NV>(Sp, rec, nv, Np, ib);
     }
-    if (kSweepPipelined) da_rows<NV>(Sp + (Np - kRows) * Np, dsa + Np - kRows, da, nv, Np);
+    sweep_end<NV>(Sp, rec, nv, Np);
+}
+
+/* backward_rows for one head (dS, Sp, rec) and step_rows<NV, false, true> for another (the
+ * replay of token x from src into dst), block by block: each replay block's update runs after
+ * the sweep has read the same rows of Sp for the last time (its first pass and da), so dst may
+ * be Sp — the replay then writes lines the sweep has just brought into L1 instead of fetching
+ * them from L2 to write them (NOTES.md, step 37). The replay's update lags the sweep by one
+ * block; each computes what it computes alone, in the same order. */
+template <int NV, bool kPend>
+inline void sweep_replay_rows(float* dS, const float* Sp, float* rec, float* __restrict dd,
+                              int nv_rt, int64_t Np_rt, const float* src, float* dst,
+                              const Tok7& x) noexcept {
+    const int nv = NV ? NV : nv_rt;
+    const int64_t Np = NV ? (int64_t)NV * W : Np_rt;
+    alignas(16) float sa_mem[2][kRows];
+    sweep_begin(rec, dd, Np);
+    for (int64_t j = 0; j < Np; j += W) V::store(x.dr + j, V::zero());
+    sa_block<NV>(src, Np, nv, x.a, sa_mem[0], x.sa);
+    int cur = 0;
+    for (int64_t ib = 0; ib < Np; ib += kRows) {
+        sweep_block<NV, kPend>(dS, Sp, rec, dd, nv, Np, ib);
+        sweep_da<NV>(Sp, rec, nv, Np, ib);
+        if (ib > 0) { /* the replay's block ib - kRows, its sa of block ib first */
+            sa_block<NV>(src + ib * Np, Np, nv, x.a, sa_mem[cur ^ 1], x.sa + ib);
+            update_block<NV, false, true>(src, Np, dst, Np, nv, ib - kRows, sa_mem[cur], x.decay,
+                                          x.k, x.v, x.b, x.dy, x.dr);
+            cur ^= 1;
+        }
+    }
+    sweep_end<NV>(Sp, rec, nv, Np);
+    update_block<NV, false, true>(src, Np, dst, Np, nv, Np - kRows, sa_mem[cur], x.decay, x.k,
+                                  x.v, x.b, x.dy, x.dr);
 }
 
 /* The deferred update of backward_rows, alone: dS = dS decay + dsa a^T with token x's rows
@@ -532,26 +600,42 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
             for (int64_t j = 0; j < nh; ++j)
                 load_tok7(p, batch, ts + u, h0 + j, Np, rec(j, u), true, true);
         }
+        /* Head j's S_u (the state after token ts + u) is in replay slot(j, u). Head j's sweep
+         * and head j + 1's replay run together (sweep_replay_rows): sweep step k (token
+         * m - 1 - k) reads S_{m-2-k} of head j, and replay step k writes S_k of head j + 1 into
+         * that same slot right behind it; S_{m-1}, which no sweep reads, goes to the slot left
+         * over (m - 1). So the maps alternate: even heads u, odd heads m - 2 - u (NOTES.md,
+         * step 37). */
+        auto slot = [&](int64_t j, int64_t u) {
+            return replay + (size_t)(j % 2 == 0 || u == m - 1 ? u : m - 2 - u) * n2;
+        };
+        for (int64_t u = 0; u < m; ++u) { /* head 0's replay alone */
+            const Tok7 x = record7(rec(0, u), Np);
+            step_rows<NV, false, true>(u == 0 ? ck(0, g) : slot(0, u - 1), Np, slot(0, u), Np, nv,
+                                       Np, x.decay, x.k, x.v, x.a, x.b, x.dy, x.dr, x.sa);
+        }
         for (int64_t j = 0; j < nh; ++j) {
-            const float* start = ck(j, g);
             float* dS = dSs + (size_t)j * n2;
-            for (int64_t u = 0; u < m; ++u) {
-                const Tok7 x = record7(rec(j, u), Np);
-                step_rows<NV, false, true>(u == 0 ? start : replay + (size_t)(u - 1) * n2, Np,
-                                           replay + (size_t)u * n2, Np, nv, Np, x.decay, x.k,
-                                           x.v, x.a, x.b, x.dy, x.dr, x.sa);
-            }
-            for (int64_t u = m - 1; u >= 0; --u) {
+            for (int64_t k = 0; k < m; ++k) {
+                const int64_t u = m - 1 - k;
                 float* r = rec(j, u);
-                const Tok7 x = record7(r, Np);
-                const float* Sp = u == 0 ? start : replay + (size_t)(u - 1) * n2; /* S_{t-1} */
-                float* dw = r + 10 * Np;
-                if (u + 1 == m)
+                const float* Sp = u == 0 ? ck(j, g) : slot(j, u - 1); /* S_{t-1} */
+                if (j + 1 < nh) {
+                    const Tok7 x = record7(rec(j + 1, k), Np); /* head j + 1, token ts + k */
+                    const float* src = k == 0 ? ck(j + 1, g) : slot(j + 1, k - 1);
+                    if (u + 1 == m)
+                        sweep_replay_rows<NV, false>(dS, Sp, r, dd, nv, Np, src, slot(j + 1, k), x);
+                    else
+                        sweep_replay_rows<NV, true>(dS, Sp, r, dd, nv, Np, src, slot(j + 1, k), x);
+                } else if (u + 1 == m) {
                     backward_rows<NV, false>(dS, Sp, r, dd, nv, Np);
-                else
+                } else {
                     backward_rows<NV, true>(dS, Sp, r, dd, nv, Np); /* rec(j, u + 1) follows r */
+                }
+                const float* ddw = r + 7 * Np;
+                float* dw = r + 10 * Np;
                 for (int64_t jj = 0; jj < Np; jj += W)
-                    V::store(dw + jj, V::mul(V::load(dd + jj), V::load(x.ddw + jj)));
+                    V::store(dw + jj, V::mul(V::load(dd + jj), V::load(ddw + jj)));
             }
             apply_pending7(dS, Np, record7(rec(j, 0), Np)); /* dS w.r.t. S_{ts-1} */
         }
