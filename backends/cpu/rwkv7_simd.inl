@@ -276,7 +276,10 @@ void forward_item7(const wkv_problem* p, int64_t group, int64_t item, float* scr
  *   - the backward sweep is one pass per kRows rows for g = dS + dy r^T with dk, db, dd and the
  *     dv, dsa sums, and a second for da = Sp^T dsa; the state update dS = g decay + dsa a^T is
  *     deferred into the next token's first pass (and done alone after a segment's first token),
- *     so each token reads and writes dS once (NOTES.md, step 21).
+ *     so each token reads and writes dS once (NOTES.md, step 21);
+ *   - head j's sweep and head j + 1's replay run together, block of rows by block of rows,
+ *     the replay writing each state into the slot the sweep has just read (sweep_replay_rows;
+ *     NOTES.md, step 37).
  * Workspace (floats), with G = the group, R = min(K, max_s L_s):
  *   checkpoints = H * (sum_s ceil(L_s / K)) * Np^2   (as rwkv7.cpp's, N padded to Np)
  *   chunk       = (G + R) * Np^2 + G * R * kTokRows * Np + Np
@@ -364,10 +367,11 @@ WKV_SIMD_INLINE void da_rows(const float* sp, const float* dsa, float* da, int n
     }
 }
 
-/* One backward step over the rows of dS (row stride Np), token t, whose record (load_tok7's
- * rows, kTokRows * Np floats) is `rec`; token t+1's record follows it (rec + kTokRows Np). The
- * update of dS from token t+1 (dS_t = g_{t+1} decay_{t+1} + dsa_{t+1} a_{t+1}^T) is deferred
- * into this step's first pass (kPend), so that the state is read and written once per token:
+/* backward_rows (below): one backward step over the rows of dS (row stride Np), token t, whose
+ * record (load_tok7's rows, kTokRows * Np floats) is `rec`; token t+1's record follows it
+ * (rec + kTokRows Np). The update of dS from token t+1 (dS_t = g_{t+1} decay_{t+1} +
+ * dsa_{t+1} a_{t+1}^T) is deferred into this step's first pass (kPend), so that the state is
+ * read and written once per token:
  *   entry, kPend:  dS = g_{t+1}, and token t+1's record holds dsa_{t+1} in its sa row;
  *   entry, !kPend: dS = the gradient w.r.t. S_t (the segment's last token: nothing pending);
  *   exit:          dS = g_t = dS_t + dy_t r_t^T, and dsa_t in token t's sa row (each sa_t is
@@ -375,7 +379,9 @@ WKV_SIMD_INLINE void da_rows(const float* sp, const float* dsa, float* da, int n
  * Writes the record's dv, dk, db, da rows and the sum over rows dd (see rwkv7.cpp), with the
  * old order of every float operation (the deferred update is the same mul and fma, later).
  * Every row is addressed from rec with compile-time offsets (NV > 0): the pass then needs a
- * handful of general registers, where a pointer per row spilled them (NOTES.md, step 21). */
+ * handful of general registers, where a pointer per row spilled them (NOTES.md, step 21).
+ * sweep_block is its first pass over the kRows rows [ib, ib + kRows); sweep_begin, sweep_da and
+ * sweep_end the rest, so that sweep_replay_rows can run a replay beside it. */
 template <int NV, bool kPend>
 WKV_SIMD_INLINE void sweep_block(float* dS, const float* Sp, float* rec, float* __restrict dd,
                                  int nv_rt, int64_t Np_rt, int64_t ib) noexcept {
@@ -451,7 +457,8 @@ inline void sweep_begin(float* rec, float* dd, int64_t Np) noexcept {
  * reductions run beside it instead of in front of it (NOTES.md, step 25: the sweep −10%; on
  * AVX2, 16 registers, no gain: there each block's own pass). */
 template <int NV>
-WKV_SIMD_INLINE void sweep_da(const float* Sp, float* rec, int nv, int64_t Np, int64_t ib) noexcept {
+WKV_SIMD_INLINE void sweep_da(const float* Sp, float* rec, int nv, int64_t Np,
+                              int64_t ib) noexcept {
     const float* dsa = rec + 8 * Np;
     float* da = rec + 13 * Np;
     if (!kSweepPipelined) da_rows<NV>(Sp + ib * Np, dsa + ib, da, nv, Np);
