@@ -129,6 +129,74 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 __device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
 
+/* The contiguous fast path (VT != 0, chosen per launch by vec_type below): every tensor a
+ * kernel stages has the dtype VT (1 f32, 2 f16, 3 bf16; VT = wkv_elem + 1) and the vector ones
+ * also a unit stride along N, strides that are multiples of 4 and 4-element-aligned data, so 4
+ * consecutive elements are one 16-byte (f32) or 8-byte load or store. VT = 0: the generic
+ * element path (any dtype per tensor, any strides). Staging by elements cost ~30-40% of the
+ * scans' issue slots (ncu, NOTES v9): ~20 integer instructions of 64-bit index arithmetic and
+ * dtype selects per element. */
+template <int VT> struct Vec4; /* raw storage of 4 elements */
+template <> struct Vec4<1> { using raw = float4; };
+template <> struct Vec4<2> { using raw = uint2; };
+template <> struct Vec4<3> { using raw = uint2; };
+template <int VT> __host__ __device__ constexpr int elem_bytes() { return VT == 1 ? 4 : 2; }
+
+template <int VT>
+__device__ __forceinline__ typename Vec4<VT>::raw load4(const DevView& v, int64_t off) {
+    return *reinterpret_cast<const typename Vec4<VT>::raw*>(v.data + off * elem_bytes<VT>());
+}
+__device__ __forceinline__ float lo_half(unsigned x, bool bf) {
+    return bf ? __uint_as_float(x << 16) : __half2float(__ushort_as_half((unsigned short)(x & 0xffffu)));
+}
+__device__ __forceinline__ float hi_half(unsigned x, bool bf) {
+    return bf ? __uint_as_float(x & 0xffff0000u) : __half2float(__ushort_as_half((unsigned short)(x >> 16)));
+}
+template <int VT>
+__device__ __forceinline__ float4 to_float4(const typename Vec4<VT>::raw& r) {
+    if constexpr (VT == 1) {
+        return r;
+    } else {
+        constexpr bool bf = VT == 3;
+        return make_float4(lo_half(r.x, bf), hi_half(r.x, bf), lo_half(r.y, bf), hi_half(r.y, bf));
+    }
+}
+/* rounds like elem::store (round to nearest even per element) */
+template <int VT>
+__device__ __forceinline__ void store4(const DevView& v, int64_t off, float4 x) {
+    if constexpr (VT == 1) {
+        *reinterpret_cast<float4*>(v.data + off * 4) = x;
+    } else {
+        auto h = [](float f) -> unsigned {
+            return VT == 3 ? __bfloat16_as_ushort(__float2bfloat16_rn(f)) : __half_as_ushort(__float2half_rn(f));
+        };
+        *reinterpret_cast<uint2*>(v.data + off * 2) = make_uint2(h(x.x) | (h(x.y) << 16), h(x.z) | (h(x.w) << 16));
+    }
+}
+/* one element of the dtype VT (the generic elem::load / store when VT = 0) */
+template <int VT>
+__device__ __forceinline__ float load1(const DevView& v, int64_t off) {
+    if constexpr (VT == 0) {
+        return elem::load(v, off);
+    } else if constexpr (VT == 1) {
+        return reinterpret_cast<const float*>(v.data)[off];
+    } else {
+        const unsigned x = reinterpret_cast<const unsigned short*>(v.data)[off];
+        return lo_half(x, VT == 3);
+    }
+}
+template <int VT>
+__device__ __forceinline__ void store1(const DevView& v, int64_t off, float x) {
+    if constexpr (VT == 0) {
+        elem::store(v, off, x);
+    } else if constexpr (VT == 1) {
+        reinterpret_cast<float*>(v.data)[off] = x;
+    } else {
+        reinterpret_cast<unsigned short*>(v.data)[off] =
+            VT == 3 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+    }
+}
+
 } // namespace elem
 } // namespace wkv_cuda
 

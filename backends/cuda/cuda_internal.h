@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <initializer_list>
+
 namespace wkv_cuda {
 
 /* One tensor: base pointer (byte offset applied), element type (wkv_elem: 0 f32, 1 f16,
@@ -74,6 +76,15 @@ struct Rwkv7BwdParams {
 size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2);
 /* The largest K1 the backward kernel takes. */
 int rwkv7_max_k1();
+
+/* The contiguous fast path's choice (rwkv6.cu; used by the RWKV-6 scans and the RWKV-7
+ * forward's producers): wkv_elem + 1 when every present view in `all` has that dtype and every
+ * view in `vec` has 4 consecutive, 4-element-aligned elements along N (unit N stride, the other
+ * strides multiples of 4 where their index varies, aligned data); 0 (the generic element path)
+ * otherwise. */
+bool vec_view(const DevView& v, const SeqInfo& q, int64_t T, int32_t H);
+int vec_type(std::initializer_list<const DevView*> all, std::initializer_list<const DevView*> vec,
+             const SeqInfo& q, int64_t T, int32_t H);
 
 /* Launchers (rwkv7.cu forward, rwkv7_bwd.cu backward). They only enqueue; they return the
  * cudaError_t of the launch as int. */

@@ -78,73 +78,15 @@ __device__ __forceinline__ int64_t st_off(const DevView& v, int64_t s, int64_t h
     return s * v.s[0] + h * v.s[1] + i * v.s[2] + j * v.s[3];
 }
 
-/* The contiguous fast path (VT != 0, chosen per launch by vec_type below): every tensor a
- * kernel stages has the dtype VT (1 f32, 2 f16, 3 bf16; VT = wkv_elem + 1) and the vector ones
- * also a unit stride along N, strides that are multiples of 4 and 4-element-aligned data, so 4
- * consecutive elements are one 16-byte (f32) or 8-byte load or store. VT = 0: the generic
- * element path (any dtype per tensor, any strides). Staging by elements cost ~30-40% of the
- * scans' issue slots (ncu, NOTES v9): ~20 integer instructions of 64-bit index arithmetic and
- * dtype selects per element. */
-template <int VT> struct Vec4; /* raw storage of 4 elements */
-template <> struct Vec4<1> { using raw = float4; };
-template <> struct Vec4<2> { using raw = uint2; };
-template <> struct Vec4<3> { using raw = uint2; };
-template <int VT> __host__ __device__ constexpr int elem_bytes() { return VT == 1 ? 4 : 2; }
-
-template <int VT>
-__device__ __forceinline__ typename Vec4<VT>::raw load4(const DevView& v, int64_t off) {
-    return *reinterpret_cast<const typename Vec4<VT>::raw*>(v.data + off * elem_bytes<VT>());
-}
-__device__ __forceinline__ float lo_half(unsigned x, bool bf) {
-    return bf ? __uint_as_float(x << 16) : __half2float(__ushort_as_half((unsigned short)(x & 0xffffu)));
-}
-__device__ __forceinline__ float hi_half(unsigned x, bool bf) {
-    return bf ? __uint_as_float(x & 0xffff0000u) : __half2float(__ushort_as_half((unsigned short)(x >> 16)));
-}
-template <int VT>
-__device__ __forceinline__ float4 to_float4(const typename Vec4<VT>::raw& r) {
-    if constexpr (VT == 1) {
-        return r;
-    } else {
-        constexpr bool bf = VT == 3;
-        return make_float4(lo_half(r.x, bf), hi_half(r.x, bf), lo_half(r.y, bf), hi_half(r.y, bf));
-    }
-}
-/* rounds like elem::store (round to nearest even per element) */
-template <int VT>
-__device__ __forceinline__ void store4(const DevView& v, int64_t off, float4 x) {
-    if constexpr (VT == 1) {
-        *reinterpret_cast<float4*>(v.data + off * 4) = x;
-    } else {
-        auto h = [](float f) -> unsigned {
-            return VT == 3 ? __bfloat16_as_ushort(__float2bfloat16_rn(f)) : __half_as_ushort(__float2half_rn(f));
-        };
-        *reinterpret_cast<uint2*>(v.data + off * 2) = make_uint2(h(x.x) | (h(x.y) << 16), h(x.z) | (h(x.w) << 16));
-    }
-}
-/* one element of the dtype VT (the generic elem::load / store when VT = 0) */
-template <int VT>
-__device__ __forceinline__ float load1(const DevView& v, int64_t off) {
-    if constexpr (VT == 0) {
-        return load(v, off);
-    } else if constexpr (VT == 1) {
-        return reinterpret_cast<const float*>(v.data)[off];
-    } else {
-        const unsigned x = reinterpret_cast<const unsigned short*>(v.data)[off];
-        return lo_half(x, VT == 3);
-    }
-}
-template <int VT>
-__device__ __forceinline__ void store1(const DevView& v, int64_t off, float x) {
-    if constexpr (VT == 0) {
-        store(v, off, x);
-    } else if constexpr (VT == 1) {
-        reinterpret_cast<float*>(v.data)[off] = x;
-    } else {
-        reinterpret_cast<unsigned short*>(v.data)[off] =
-            VT == 3 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
-    }
-}
+/* The contiguous fast path's element helpers (Vec4, load4, to_float4, store4, load1, store1) are
+ * cuda_elem.cuh's, shared with the RWKV-7 forward's producers; vec_type is below. */
+using elem::elem_bytes;
+using elem::load1;
+using elem::load4;
+using elem::store1;
+using elem::store4;
+using elem::to_float4;
+using elem::Vec4;
 
 /* The row scan (see the top). BWD walks the tokens last first; SAVE (forward only) stores the
  * column scan's checkpoints at ck (a template switch: the plain forward keeps its registers). */
@@ -713,32 +655,6 @@ __global__ void rwkv6_reduce_kernel(const float* part, DevView du, int64_t S, in
     store(du, h * du.s[2] + j * du.s[3], a);
 }
 
-/* The vector path's conditions (see Vec4) for one view: 4 consecutive elements along N are
- * contiguous, and every vector's first element is 4-element-aligned: unit N stride, the other
- * strides multiples of 4 where their index can be nonzero, aligned data. */
-bool vec_view(const DevView& v, const SeqInfo& q, int64_t T, int32_t H) {
-    if (!v.data) return true; /* absent (an output not asked for) */
-    const int64_t es = v.elem == 0 ? 4 : 2;
-    const bool batch_varies = !q.packed && (q.first != 0 || q.count > 1);
-    return v.s[3] == 1 && (!batch_varies || v.s[0] % 4 == 0) && (T <= 1 || v.s[1] % 4 == 0) &&
-           (H <= 1 || v.s[2] % 4 == 0) && reinterpret_cast<uintptr_t>(v.data) % (uintptr_t)(4 * es) == 0;
-}
-/* VT for a launch: wkv_elem + 1 when every view in `all` (present ones) has that dtype and
- * every view in `vec` passes vec_view; 0 (the generic path) otherwise. */
-int vec_type(std::initializer_list<const DevView*> all, std::initializer_list<const DevView*> vec,
-             const SeqInfo& q, int64_t T, int32_t H) {
-    int elem = -1;
-    for (const DevView* v : all) {
-        if (!v->data) continue;
-        if (elem >= 0 && v->elem != elem) return 0;
-        elem = v->elem;
-    }
-    if (elem < 0 || elem > 2) return 0;
-    for (const DevView* v : vec)
-        if (!vec_view(*v, q, T, H)) return 0;
-    return elem + 1;
-}
-
 template <int N, int VT>
 int launch_fwd_vt(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
     if (p.ckpt) rwkv6_forward_kernel<N, true, VT><<<(unsigned)blocks, row_threads(N), 0, s>>>(p);
@@ -778,6 +694,33 @@ int launch_bwd(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
 }
 
 } // namespace
+
+/* The vector path's conditions (see Vec4) for one view: 4 consecutive elements along N are
+ * contiguous, and every vector's first element is 4-element-aligned: unit N stride, the other
+ * strides multiples of 4 where their index can be nonzero, aligned data. */
+bool vec_view(const DevView& v, const SeqInfo& q, int64_t T, int32_t H) {
+    if (!v.data) return true; /* absent (an output not asked for) */
+    const int64_t es = v.elem == 0 ? 4 : 2;
+    const bool batch_varies = !q.packed && (q.first != 0 || q.count > 1);
+    return v.s[3] == 1 && (!batch_varies || v.s[0] % 4 == 0) && (T <= 1 || v.s[1] % 4 == 0) &&
+           (H <= 1 || v.s[2] % 4 == 0) && reinterpret_cast<uintptr_t>(v.data) % (uintptr_t)(4 * es) == 0;
+}
+/* VT for a launch: wkv_elem + 1 when every view in `all` (present ones) has that dtype and
+ * every view in `vec` passes vec_view; 0 (the generic path) otherwise. */
+int vec_type(std::initializer_list<const DevView*> all, std::initializer_list<const DevView*> vec,
+             const SeqInfo& q, int64_t T, int32_t H) {
+    int elem = -1;
+    for (const DevView* v : all) {
+        if (!v->data) continue;
+        if (elem >= 0 && v->elem != elem) return 0;
+        elem = v->elem;
+    }
+    if (elem < 0 || elem > 2) return 0;
+    for (const DevView* v : vec)
+        if (!vec_view(*v, q, T, H)) return 0;
+    return elem + 1;
+}
+
 
 int rwkv6_launch_forward(int N, const Rwkv6FwdParams& p, int64_t blocks, void* stream) {
     cudaStream_t s = static_cast<cudaStream_t>(stream);

@@ -147,15 +147,16 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
  * y, then load chunk c + 1 and stage it into the other buffer; one barrier per chunk for all.
  * Measured (NOTES v11, H100): B = 8 bf16 2.68 -> 2.54 ms, B = 1 f16 2.05 -> 1.96, saving
  * forward 3.22 -> 2.89; at N = 32 (B = 8) 58% slower (250 registers at 96 threads: 2 blocks per
- * SM where the plain kernel fits many), so N = 32 and 128 keep rwkv7_forward_kernel. */
-template <int N>
+ * SM where the plain kernel fits many), so N = 32 and 128 keep rwkv7_forward_kernel.
+ * VT != 0: the producers' vector path (below; VT = wkv_elem + 1, chosen per launch by vec_type). */
+template <int N, int VT = 0>
 __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
     rwkv7_forward_ws_kernel(const __grid_constant__ Rwkv7FwdParams p) {
     using RT = RowTile<N, 1>;
     using T = typename RT::StateTile;
     constexpr int P = RT::P, C = RT::C, G = RT::G, CH = RT::CH, NT = RT::NT;
     __shared__ __align__(16) float s_tok[2][CH][F_NUM][N];
-    __shared__ float s_y[2][CH][N];
+    __shared__ __align__(16) float s_y[2][CH][N];
 
     const int tid = threadIdx.x;
     const bool producer = tid >= NT;
@@ -191,11 +192,69 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
         }
     };
 
+    /* The producers' vector path (VT = wkv_elem + 1: the six token views and y of one dtype, 4
+     * consecutive aligned elements along N; vec_type): producer sj moves the 4 columns 4 (sj %
+     * VG).. of tokens sj / VG + VX i of each chunk as one 16-byte (f32) or 8-byte access per
+     * tensor, against 6 x CH two-part element loads with 64-bit index arithmetic (NOTES v34: the
+     * producers' element path was ~1290 instructions per warp and chunk, ~25% of the issue
+     * slots). Same values staged, same conversions: the same bits. */
+    constexpr int VG = N / 4, VX = N / VG, VPER = CH / VX; /* vec4 groups per token; tokens per pass */
+    static_assert(VT == 0 || CH % VX == 0, "vector producers");
+    constexpr int VE = VT == 0 ? 1 : VT; /* the element type the vector helpers are built for */
+    const DevView* const vviews[F_NUM] = {&p.r, &p.w, &p.k, &p.v, &p.a, &p.b};
+    const int vcg = sj % VG, vx0 = sj / VG;
+    int64_t vbase[F_NUM];
+    int64_t vyb = 0;
+    if constexpr (VT != 0) {
+#pragma unroll
+        for (int f = 0; f < F_NUM; ++f) vbase[f] = tok_base(*vviews[f], pos.batch, pos.h) + 4 * vcg;
+        vyb = want_y ? tok_base(p.y, pos.batch, pos.h) + 4 * vcg : 0;
+    }
+    auto produce_vec = [&](int64_t tc, int buf, int m) { /* load and stage chunk tc (m tokens) */
+        typename elem::Vec4<VE>::raw raw[VPER][F_NUM];
+#pragma unroll
+        for (int i = 0; i < VPER; ++i) {
+            const int64_t t = min64(tc + vx0 + VX * i, t1 - 1);
+#pragma unroll
+            for (int f = 0; f < F_NUM; ++f) raw[i][f] = elem::load4<VE>(*vviews[f], vbase[f] + t * vviews[f]->s[1]);
+        }
+#pragma unroll
+        for (int i = 0; i < VPER; ++i) {
+            const int x = vx0 + VX * i;
+            if (x < m) {
+#pragma unroll
+                for (int f = 0; f < F_NUM; ++f) {
+                    float4 v4 = elem::to_float4<VE>(raw[i][f]);
+                    if (f == F_D) {
+                        float ddw;
+                        v4.x = decay_of(p.form, v4.x, &ddw);
+                        v4.y = decay_of(p.form, v4.y, &ddw);
+                        v4.z = decay_of(p.form, v4.z, &ddw);
+                        v4.w = decay_of(p.form, v4.w, &ddw);
+                    }
+                    *reinterpret_cast<float4*>(&s_tok[buf][x][f][4 * vcg]) = v4;
+                }
+            }
+        }
+    };
+    auto store_y_vec = [&](int64_t tc, int buf, int rows) { /* y of chunk tc (rows tokens) out */
+#pragma unroll
+        for (int i = 0; i < VPER; ++i) {
+            const int x = vx0 + VX * i;
+            if (x < rows)
+                elem::store4<VE>(p.y, vyb + (tc + x) * p.y.s[1], *reinterpret_cast<const float4*>(&s_y[buf][x][4 * vcg]));
+        }
+    };
+
     float S[1][C];
     if (producer) {
         if (t0 < t1) {
-            prefetch(t0);
-            stage(0, (int)min64(CH, t1 - t0));
+            if constexpr (VT != 0) {
+                produce_vec(t0, 0, (int)min64(CH, t1 - t0));
+            } else {
+                prefetch(t0);
+                stage(0, (int)min64(CH, t1 - t0));
+            }
         }
     } else {
         load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
@@ -219,6 +278,9 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
                 row_step<1, P, G>(S, tok, rg, q, y);
                 s_y[buf][u][rg] = y[0];
             }
+        } else if constexpr (VT != 0) {
+            if (tc > t0 && want_y) store_y_vec(tc - CH, buf ^ 1, CH);
+            produce_vec(tc + CH, buf ^ 1, (int)min64(CH, t1 - tc - CH));
         } else {
             if (tc > t0 && want_y) store_rows(p.y, by + (tc - CH) * p.y.s[1], &s_y[buf ^ 1][0][0], CH, N, N, sj);
             /* loaded and staged in one go: the producers wait for the loads themselves, and
@@ -232,7 +294,8 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
     if (producer) {
         if (t0 < t1 && want_y) {
             const int64_t tl = t0 + ((t1 - t0 - 1) / CH) * CH;
-            store_rows(p.y, by + tl * p.y.s[1], &s_y[buf ^ 1][0][0], (int)(t1 - tl), N, N, sj);
+            if constexpr (VT != 0) store_y_vec(tl, buf ^ 1, (int)(t1 - tl));
+            else store_rows(p.y, by + tl * p.y.s[1], &s_y[buf ^ 1][0][0], (int)(t1 - tl), N, N, sj);
         }
     } else {
         store_state_rows<T>(p.state_out, pos.s, pos.h, rg, q, S);
@@ -629,8 +692,18 @@ template <int N>
 int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t stream) {
     const unsigned nb = (unsigned)blocks;
     if (p.seq.packed || p.T != 1) {
-        if constexpr (N == 64) rwkv7_forward_ws_kernel<N><<<nb, RowTile<N, 1>::NT + N, 0, stream>>>(p);
-        else rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+        if constexpr (N == 64) {
+            constexpr unsigned NT = RowTile<N, 1>::NT + N;
+            switch (vec_type({&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.y}, {&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.y},
+                             p.seq, p.T, p.H)) {
+            case 1: rwkv7_forward_ws_kernel<N, 1><<<nb, NT, 0, stream>>>(p); break;
+            case 2: rwkv7_forward_ws_kernel<N, 2><<<nb, NT, 0, stream>>>(p); break;
+            case 3: rwkv7_forward_ws_kernel<N, 3><<<nb, NT, 0, stream>>>(p); break;
+            default: rwkv7_forward_ws_kernel<N><<<nb, NT, 0, stream>>>(p); break;
+            }
+        } else {
+            rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
+        }
         return (int)cudaGetLastError();
     }
     const DecodeLayout l = decode_layout(N, blocks, sms);
