@@ -126,7 +126,11 @@ template <> __device__ __forceinline__ float to_elem<float>(float x) { return x;
 template <> __device__ __forceinline__ __half to_elem<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 to_elem<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-template <int N>
+/* VT != 0: the vector path of the segment staging and the window write-out (VT = wkv_elem + 1,
+ * chosen per launch by vec_type: the seven token views r w k v a b dy and the six gradient views
+ * of one dtype, 4 consecutive aligned elements along N). VT = 0: the element path for anything
+ * else (mixed dtypes, strided or unaligned along N). */
+template <int N, int VT = 0, bool VSTAGE = true> /* VSTAGE: experiment switch (write-out only when false) */
 __global__ void __launch_bounds__(bwd_threads(N), 1)
     rwkv7_backward_kernel(const __grid_constant__ Rwkv7BwdParams p) {
     using T = typename BwdTile<N>::T;
@@ -316,7 +320,39 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         const int m = (int)min64(K1, t1 - ts);
         __syncthreads();
         if (CK_SMEM && g == nseg - 1) fetch_ckpt(g); /* later segments': during the one before */
-        {
+        if constexpr (VT != 0 && VSTAGE) {
+            /* vector staging: thread (vx, vg) moves columns 4 vg .. 4 vg + 3 of token vx (VX >=
+             * K1: one token per thread) as one 16-byte (f32) or 8-byte load per view, against 7
+             * x K1 / TPJ two-part element loads with 64-bit offsets per thread (the element path
+             * below; NOTES v35). Same values, same conversions, same decay calls: the same bits. */
+            constexpr int VG = N / 4, VX = T::NT / VG;
+            static_assert(VX >= kMaxK1, "vector staging: one token per thread");
+            constexpr int VE = VT == 0 ? 1 : VT;
+            const int vx = tid / VG, vc = 4 * (tid % VG);
+            if (vx < m) {
+                const int64_t t = ts + vx;
+                auto off = [&](const DevView& v) { return pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + vc; };
+                const auto ir4 = elem::load4<VE>(p.r, off(p.r)), iw4 = elem::load4<VE>(p.w, off(p.w));
+                const auto ik4 = elem::load4<VE>(p.k, off(p.k)), iv4 = elem::load4<VE>(p.v, off(p.v));
+                const auto ia4 = elem::load4<VE>(p.a, off(p.a)), ib4 = elem::load4<VE>(p.b, off(p.b));
+                const auto idy4 = elem::load4<VE>(p.dy, off(p.dy));
+                const float4 w4 = elem::to_float4<VE>(iw4);
+                float4 d4, ddw4;
+                d4.x = decay_of(p.form, w4.x, &ddw4.x);
+                d4.y = decay_of(p.form, w4.y, &ddw4.y);
+                d4.z = decay_of(p.form, w4.z, &ddw4.z);
+                d4.w = decay_of(p.form, w4.w, &ddw4.w);
+                auto st4 = [&](int which, float4 x) { *reinterpret_cast<float4*>(tokv(vx, which) + vc) = x; };
+                st4(T_D, d4);
+                st4(T_DDW, ddw4);
+                st4(T_K, elem::to_float4<VE>(ik4));
+                st4(T_V, elem::to_float4<VE>(iv4));
+                st4(T_A, elem::to_float4<VE>(ia4));
+                st4(T_B, elem::to_float4<VE>(ib4));
+                st4(T_R, elem::to_float4<VE>(ir4));
+                st4(T_DY, elem::to_float4<VE>(idy4));
+            }
+        } else {
             /* staging: per group of tokens, all loads first (no branch), then guarded stores */
             constexpr int PB = kMaxK1 / TPJ, SG = PB < 4 ? PB : 4;
 #pragma unroll
@@ -560,7 +596,32 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
              * token for all six, the dtype branch once around the loop. The general form (an
              * offset per view and element, a dtype branch per store) cost 12.7% of the stall
              * samples for 8% of the instructions; this form is -7% at N = 64 (NOTES v28). */
-            if (same6) {
+            if constexpr (VT != 0) {
+                /* vector write-out: pair i = (half h, token xx) of thread (i, vg); half 0 writes
+                 * dr dw dk, half 1 dv da db, columns 4 vg .. 4 vg + 3 as one 16- or 8-byte store
+                 * each (rounded like store_elem: the same bits). At mu = K2 the half is uniform
+                 * per warp. */
+                constexpr int VG = N / 4, VX = T::NT / VG;
+                constexpr int VE = VT == 0 ? 1 : VT;
+                const int vc = 4 * (tid % VG);
+                for (int i = tid / VG; i < 2 * mu; i += VX) {
+                    const int h = i >= mu, xx = i - h * mu;
+                    const int64_t t = ts + u0 + xx;
+                    auto put = [&](const DevView& v, int which) {
+                        elem::store4<VE>(v, pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + vc,
+                                         *reinterpret_cast<const float4*>(outv(xx, which) + vc));
+                    };
+                    if (h == 0) {
+                        put(p.dr, O_DR);
+                        put(p.dw, O_DW);
+                        put(p.dk, O_DK);
+                    } else {
+                        put(p.dv, O_DV);
+                        put(p.da, O_DA);
+                        put(p.db, O_DB);
+                    }
+                }
+            } else if (same6) {
                 const int64_t tb = ts + u0;
                 const int64_t ocol = pos.batch * p.dr.s[0] + pos.h * p.dr.s[2] + (int64_t)sj * p.dr.s[3];
                 auto wout = [&](auto e0) {
@@ -597,10 +658,40 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     store_state_rows<RT>(p.dstate_in, pos.s, pos.h, rgr, qr, dSr);
 }
 
+/* The vector path's VT for a launch (see the kernel): 0 unless the seven token views and the
+ * six gradient views share a dtype and pass vec_view. */
+int bwd_vec_type(const Rwkv7BwdParams& p) {
+    return vec_type({&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.dy, &p.dr, &p.dw, &p.dk, &p.dv, &p.da, &p.db},
+                    {&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.dy, &p.dr, &p.dw, &p.dk, &p.dv, &p.da, &p.db}, p.seq,
+                    p.T, p.H);
+}
+
 template <int N>
 int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_t stream) {
-    rwkv7_backward_kernel<N><<<(unsigned)blocks, BwdTile<N>::T::NT, smem, stream>>>(p);
+    const unsigned nb = (unsigned)blocks, nt = BwdTile<N>::T::NT;
+    static const bool exp_wo = getenv("WKV_CUDA_BWD_EXP") && getenv("WKV_CUDA_BWD_EXP")[0] == '1'; /* EXPERIMENT */
+    switch (bwd_vec_type(p)) {
+    case 1: rwkv7_backward_kernel<N, 1><<<nb, nt, smem, stream>>>(p); break;
+    case 2: rwkv7_backward_kernel<N, 2><<<nb, nt, smem, stream>>>(p); break;
+    case 3:
+        if (exp_wo) rwkv7_backward_kernel<N, 3, false><<<nb, nt, smem, stream>>>(p);
+        else rwkv7_backward_kernel<N, 3><<<nb, nt, smem, stream>>>(p);
+        break;
+    default: rwkv7_backward_kernel<N><<<nb, nt, smem, stream>>>(p); break;
+    }
     return (int)cudaGetLastError();
+}
+
+/* the dynamic shared-memory limit of every VT's kernel for N */
+template <int N>
+int prepare_bwd(int bytes) {
+    const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    cudaError_t e = cudaFuncSetAttribute(rwkv7_backward_kernel<N>, a, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 1>, a, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 2>, a, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 3>, a, bytes);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 3, false>, a, bytes);
+    return (int)e;
 }
 
 } // namespace
@@ -629,9 +720,9 @@ int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t
 int rwkv7_prepare_backward(int N, size_t smem) {
     const int bytes = (int)smem;
     switch (N) {
-    case 32: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    case 64: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    case 128: return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    case 32: return prepare_bwd<32>(bytes);
+    case 64: return prepare_bwd<64>(bytes);
+    case 128: return prepare_bwd<128>(bytes);
     default: return (int)cudaErrorInvalidValue;
     }
 }
