@@ -129,8 +129,9 @@ template <> __device__ __forceinline__ __nv_bfloat16 to_elem<__nv_bfloat16>(floa
 /* VT != 0: the vector path of the segment staging and the window write-out (VT = wkv_elem + 1,
  * chosen per launch by vec_type: the seven token views r w k v a b dy and the six gradient views
  * of one dtype, 4 consecutive aligned elements along N). VT = 0: the element path for anything
- * else (mixed dtypes, strided or unaligned along N). */
-template <int N, int VT = 0, bool VSTAGE = true> /* VSTAGE: experiment switch (write-out only when false) */
+ * else (mixed dtypes, strided or unaligned along N). Both parts: bwd-reuse -6.6% at N = 64, -4%
+ * at N = 32, 0 at N = 128; the write-out alone was -2.3% (NOTES v35). */
+template <int N, int VT = 0>
 __global__ void __launch_bounds__(bwd_threads(N), 1)
     rwkv7_backward_kernel(const __grid_constant__ Rwkv7BwdParams p) {
     using T = typename BwdTile<N>::T;
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         const int m = (int)min64(K1, t1 - ts);
         __syncthreads();
         if (CK_SMEM && g == nseg - 1) fetch_ckpt(g); /* later segments': during the one before */
-        if constexpr (VT != 0 && VSTAGE) {
+        if constexpr (VT != 0) {
             /* vector staging: thread (vx, vg) moves columns 4 vg .. 4 vg + 3 of token vx (VX >=
              * K1: one token per thread) as one 16-byte (f32) or 8-byte load per view, against 7
              * x K1 / TPJ two-part element loads with 64-bit offsets per thread (the element path
@@ -669,14 +670,10 @@ int bwd_vec_type(const Rwkv7BwdParams& p) {
 template <int N>
 int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_t stream) {
     const unsigned nb = (unsigned)blocks, nt = BwdTile<N>::T::NT;
-    static const bool exp_wo = getenv("WKV_CUDA_BWD_EXP") && getenv("WKV_CUDA_BWD_EXP")[0] == '1'; /* EXPERIMENT */
     switch (bwd_vec_type(p)) {
     case 1: rwkv7_backward_kernel<N, 1><<<nb, nt, smem, stream>>>(p); break;
     case 2: rwkv7_backward_kernel<N, 2><<<nb, nt, smem, stream>>>(p); break;
-    case 3:
-        if (exp_wo) rwkv7_backward_kernel<N, 3, false><<<nb, nt, smem, stream>>>(p);
-        else rwkv7_backward_kernel<N, 3><<<nb, nt, smem, stream>>>(p);
-        break;
+    case 3: rwkv7_backward_kernel<N, 3><<<nb, nt, smem, stream>>>(p); break;
     default: rwkv7_backward_kernel<N><<<nb, nt, smem, stream>>>(p); break;
     }
     return (int)cudaGetLastError();
@@ -690,7 +687,6 @@ int prepare_bwd(int bytes) {
     if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 1>, a, bytes);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 2>, a, bytes);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 3>, a, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 3, false>, a, bytes);
     return (int)e;
 }
 
