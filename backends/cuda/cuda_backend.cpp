@@ -440,20 +440,23 @@ bool rwkv7_use_chunked_bwd(const CudaState* st, const wkv_problem* p) {
     if (bytes == 0 || bytes > (size_t)4 * kChunkWsMax || p->B * p->H * ((p->T + 31) / 32) > 0x7fffffff) return false;
     if (st->chunk_bwd_mode == 1) return true;
     /* Chosen for the training step: where the chunked backward runs, the forward saves nothing
-     * and is the one rwkv7_use_chunked picks (chunked to SMs / 2 heads, else the plain sequential
+     * and is the one rwkv7_use_chunked picks (chunked to 3/8 SMs heads, else the plain sequential
      * forward); elsewhere the sequential forward saves the checkpoints and this backward reuses
      * them. H100 (132 SMs), bf16 H = 32, ms, forward + backward as `wkv-bench perf --reuse`
-     * times them (NOTES v31):
+     * times them (NOTES v36, after v34/v35's faster sequential kernels; v31 before them):
      *   heads B x H         32    64    96    128    160    192
-     *   T = 4096 chunked   2.52  4.43  6.44  7.88   9.85  11.26
-     *            saved     7.78  7.78  7.80  7.84  10.60  10.65
-     *   T = 1024 chunked         1.33  1.69  2.08   2.53   2.89
-     *            saved           1.97  1.97  1.98   2.72   2.72
+     *   T = 4096 chunked   2.52  4.45  5.91  7.37   9.43  10.92
+     *            saved                 6.70  6.79   9.86   9.85
+     *   T = 1024 chunked         ~1.2  1.57  1.95   2.45   2.81
+     *            saved     1.67  1.69  1.71  1.72   2.51   2.49
+     * (the chunked backward as v31 measured it where this run did not; T = 4096 saved at 32 and
+     * 64 heads not kept, flat as at T = 1024.)
      * The sequential step is flat while every (sequence, head) block has an SM to itself and
-     * steps up once some SMs hold two; the chunked one grows ~1.4 ms (T = 4096) per 32 heads. So
-     * the chunked path wins to ~0.9 SMs (crossing between 96 and 128 heads; 3/4 keeps a margin)
-     * and again just past the step, to ~4/3 SMs (crossing between 160 and 192; 5/4). Measured at
-     * T = 1024 and 4096 (f16 as bf16); T >= 256 as the chunked forward. */
+     * steps up once some SMs hold two; the chunked one grows ~1.45 ms (T = 4096) per 32 heads.
+     * So the chunked path wins to ~0.82-0.87 SMs (crossing between 96 and 128 heads; 3/4 keeps a
+     * margin) and again just past the step, to ~1.25-1.28 SMs (crossing between 160 and 192, 2-4%
+     * left at 160 heads; 5/4). Measured at T = 1024 and 4096 (f16 as bf16); T >= 256 as the chunked
+     * forward. */
     const int64_t heads4 = p->B * p->H * 4, sm = (int64_t)st->sm_count;
     return p->T >= 256 && (heads4 <= 3 * sm || (heads4 > 4 * sm && heads4 <= 5 * sm));
 }
@@ -497,10 +500,13 @@ bool rwkv7_use_chunked(const CudaState* st, const wkv_problem* p) {
     const size_t bytes = rwkv7_chunk_ws_bytes(64, p->B, p->H, p->T);
     if (bytes == 0 || bytes > kChunkWsMax || p->B * p->H * ((p->T + 31) / 32) > 0x7fffffff) return false;
     if (st->chunk_mode == 1) return true;
-    /* H100 (132 SMs), f16 T = 4096, chunked vs sequential: B x H = 32 heads 0.79 vs 1.96 ms,
-     * 64 heads 1.60 vs 1.96, 128 heads 3.50 vs 1.97 (the chunked work grows with B, the
-     * sequential time does not until the heads fill the SMs); B x H = 32, T = 512 0.116 vs 0.244 */
-    return p->B * p->H * 2 <= (int64_t)st->sm_count && p->T >= 256;
+    /* H100 (132 SMs), f16, chunked vs sequential (NOTES v36): T = 4096 B x H = 32 heads 0.76 vs
+     * 1.49 ms, 64 heads ~1.46 vs 1.52 (a tie), 128 heads ~2.8 vs 1.51; T = 1024 32 heads 0.22 vs
+     * 0.36, 64 heads ~0.5 vs 0.38 (the chunked work grows with the heads, the sequential time does
+     * not until they fill the SMs). The crossing, interpolated: ~65 heads at T = 4096, ~49 at
+     * T = 1024; 3/8 SMs (49 heads) keeps e.g. H = 40 at B = 1 chunked. B x H = 32, T = 512 0.116
+     * vs 0.244 (before v34) */
+    return p->B * p->H * 8 <= 3 * (int64_t)st->sm_count && p->T >= 256;
 }
 
 /* ABI v3: the scratch a forward of p can use: the chunked forward's workspace and room to
