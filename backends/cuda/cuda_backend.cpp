@@ -440,7 +440,7 @@ bool rwkv7_use_chunked_bwd(const CudaState* st, const wkv_problem* p) {
     if (bytes == 0 || bytes > (size_t)4 * kChunkWsMax || p->B * p->H * ((p->T + 31) / 32) > 0x7fffffff) return false;
     if (st->chunk_bwd_mode == 1) return true;
     /* Chosen for the training step: where the chunked backward runs, the forward saves nothing
-     * and is the one rwkv7_use_chunked picks (chunked to 3/8 SMs heads, else the plain sequential
+     * and is the one rwkv7_use_chunked picks (chunked to SMs / 2 heads, else the plain sequential
      * forward); elsewhere the sequential forward saves the checkpoints and this backward reuses
      * them. H100 (132 SMs), bf16 H = 32, ms, forward + backward as `wkv-bench perf --reuse`
      * times them (NOTES v36, after v34/v35's faster sequential kernels; v31 before them):
@@ -500,13 +500,13 @@ bool rwkv7_use_chunked(const CudaState* st, const wkv_problem* p) {
     const size_t bytes = rwkv7_chunk_ws_bytes(64, p->B, p->H, p->T);
     if (bytes == 0 || bytes > kChunkWsMax || p->B * p->H * ((p->T + 31) / 32) > 0x7fffffff) return false;
     if (st->chunk_mode == 1) return true;
-    /* H100 (132 SMs), f16, chunked vs sequential (NOTES v36): T = 4096 B x H = 32 heads 0.76 vs
-     * 1.49 ms, 64 heads ~1.46 vs 1.52 (a tie), 128 heads ~2.8 vs 1.51; T = 1024 32 heads 0.22 vs
-     * 0.36, 64 heads ~0.5 vs 0.38 (the chunked work grows with the heads, the sequential time does
-     * not until they fill the SMs). The crossing, interpolated: ~65 heads at T = 4096, ~49 at
-     * T = 1024; 3/8 SMs (49 heads) keeps e.g. H = 40 at B = 1 chunked. B x H = 32, T = 512 0.116
-     * vs 0.244 (before v34) */
-    return p->B * p->H * 8 <= 3 * (int64_t)st->sm_count && p->T >= 256;
+    /* H100 (132 SMs), f16 B = 1, chunked vs sequential (NOTES v36, after v34's faster
+     * sequential forward): T = 1024 32 / 40 / 48 / 64 heads 0.215 / 0.284 / 0.313 / 0.368 vs
+     * 0.364 / 0.377 / 0.382 / 0.376 ms; T = 4096 32 heads 0.76 vs 1.49, 64 heads 1.46 vs 1.52,
+     * 128 heads ~2.8 vs 1.51 (the chunked work grows with the heads, the sequential time does
+     * not until they fill the SMs): the chunked forward still wins to 64 heads, so SMs / 2.
+     * B x H = 32, T = 512 0.116 vs 0.244 (before v34) */
+    return p->B * p->H * 2 <= (int64_t)st->sm_count && p->T >= 256;
 }
 
 /* ABI v3: the scratch a forward of p can use: the chunked forward's workspace and room to
