@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <initializer_list>
+#include <type_traits>
 
 namespace wkv_cuda {
 
@@ -85,6 +86,18 @@ int rwkv7_max_k1();
 bool vec_view(const DevView& v, const SeqInfo& q, int64_t T, int32_t H);
 int vec_type(std::initializer_list<const DevView*> all, std::initializer_list<const DevView*> vec,
              const SeqInfo& q, int64_t T, int32_t H);
+/* Calls f(std::integral_constant<int, VT>()) with VT = vt (1-3; anything else the generic 0) and
+ * returns its result: the one place a launch's vec_type becomes a kernel's template argument
+ * (f reads it as constexpr int VT = decltype(arg)::value). */
+template <class F>
+int with_vec_type(int vt, F&& f) {
+    switch (vt) {
+    case 1: return f(std::integral_constant<int, 1>());
+    case 2: return f(std::integral_constant<int, 2>());
+    case 3: return f(std::integral_constant<int, 3>());
+    default: return f(std::integral_constant<int, 0>());
+    }
+}
 
 /* Launchers (rwkv7.cu forward, rwkv7_bwd.cu backward). They only enqueue; they return the
  * cudaError_t of the launch as int. */

@@ -663,12 +663,11 @@ int launch_fwd_vt(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
 }
 template <int N>
 int launch_fwd(const Rwkv6FwdParams& p, int64_t blocks, cudaStream_t s) {
-    switch (vec_type({&p.r, &p.k, &p.w, &p.v, &p.y}, {&p.r, &p.k, &p.w, &p.v, &p.y}, p.seq, p.T, p.H)) {
-    case 1: return launch_fwd_vt<N, 1>(p, blocks, s);
-    case 2: return launch_fwd_vt<N, 2>(p, blocks, s);
-    case 3: return launch_fwd_vt<N, 3>(p, blocks, s);
-    default: return launch_fwd_vt<N, 0>(p, blocks, s);
-    }
+    const int vt = vec_type({&p.r, &p.k, &p.w, &p.v, &p.y}, {&p.r, &p.k, &p.w, &p.v, &p.y}, p.seq, p.T, p.H);
+    return with_vec_type(vt, [&](auto vt_c) {
+        constexpr int VT = decltype(vt_c)::value;
+        return launch_fwd_vt<N, VT>(p, blocks, s);
+    });
 }
 template <int N, int VT>
 int launch_bwd_vt(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
@@ -684,13 +683,12 @@ template <int N>
 int launch_bwd(const Rwkv6BwdParams& p, int64_t blocks, cudaStream_t s) {
     /* one VT for both scans: the column scan stages v and dy by vectors and the rest by typed
      * elements, the row scan k, r, w, dy and dv by vectors */
-    switch (vec_type({&p.r, &p.k, &p.w, &p.v, &p.dy, &p.dr, &p.dk, &p.dw, &p.dv},
-                     {&p.r, &p.k, &p.w, &p.v, &p.dy, &p.dv}, p.seq, p.T, p.H)) {
-    case 1: return launch_bwd_vt<N, 1>(p, blocks, s);
-    case 2: return launch_bwd_vt<N, 2>(p, blocks, s);
-    case 3: return launch_bwd_vt<N, 3>(p, blocks, s);
-    default: return launch_bwd_vt<N, 0>(p, blocks, s);
-    }
+    const int vt = vec_type({&p.r, &p.k, &p.w, &p.v, &p.dy, &p.dr, &p.dk, &p.dw, &p.dv},
+                            {&p.r, &p.k, &p.w, &p.v, &p.dy, &p.dv}, p.seq, p.T, p.H);
+    return with_vec_type(vt, [&](auto vt_c) {
+        constexpr int VT = decltype(vt_c)::value;
+        return launch_bwd_vt<N, VT>(p, blocks, s);
+    });
 }
 
 } // namespace

@@ -694,13 +694,13 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
     if (p.seq.packed || p.T != 1) {
         if constexpr (N == 64) {
             constexpr unsigned NT = RowTile<N, 1>::NT + N;
-            switch (vec_type({&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.y}, {&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.y},
-                             p.seq, p.T, p.H)) {
-            case 1: rwkv7_forward_ws_kernel<N, 1><<<nb, NT, 0, stream>>>(p); break;
-            case 2: rwkv7_forward_ws_kernel<N, 2><<<nb, NT, 0, stream>>>(p); break;
-            case 3: rwkv7_forward_ws_kernel<N, 3><<<nb, NT, 0, stream>>>(p); break;
-            default: rwkv7_forward_ws_kernel<N><<<nb, NT, 0, stream>>>(p); break;
-            }
+            const int vt = vec_type({&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.y},
+                                    {&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.y}, p.seq, p.T, p.H);
+            with_vec_type(vt, [&](auto vt_c) {
+                constexpr int VT = decltype(vt_c)::value;
+                rwkv7_forward_ws_kernel<N, VT><<<nb, NT, 0, stream>>>(p);
+                return 0;
+            });
         } else {
             rwkv7_forward_kernel<N, 1><<<nb, RowTile<N, 1>::NT, 0, stream>>>(p);
         }

@@ -670,12 +670,11 @@ int bwd_vec_type(const Rwkv7BwdParams& p) {
 template <int N>
 int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_t stream) {
     const unsigned nb = (unsigned)blocks, nt = BwdTile<N>::T::NT;
-    switch (bwd_vec_type(p)) {
-    case 1: rwkv7_backward_kernel<N, 1><<<nb, nt, smem, stream>>>(p); break;
-    case 2: rwkv7_backward_kernel<N, 2><<<nb, nt, smem, stream>>>(p); break;
-    case 3: rwkv7_backward_kernel<N, 3><<<nb, nt, smem, stream>>>(p); break;
-    default: rwkv7_backward_kernel<N><<<nb, nt, smem, stream>>>(p); break;
-    }
+    with_vec_type(bwd_vec_type(p), [&](auto vt_c) {
+        constexpr int VT = decltype(vt_c)::value;
+        rwkv7_backward_kernel<N, VT><<<nb, nt, smem, stream>>>(p);
+        return 0;
+    });
     return (int)cudaGetLastError();
 }
 
@@ -683,11 +682,13 @@ int launch_bwd(const Rwkv7BwdParams& p, int64_t blocks, size_t smem, cudaStream_
 template <int N>
 int prepare_bwd(int bytes) {
     const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    cudaError_t e = cudaFuncSetAttribute(rwkv7_backward_kernel<N>, a, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 1>, a, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 2>, a, bytes);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(rwkv7_backward_kernel<N, 3>, a, bytes);
-    return (int)e;
+    int e = (int)cudaSuccess;
+    for (int vt = 0; vt <= 3 && e == (int)cudaSuccess; ++vt)
+        e = with_vec_type(vt, [&](auto vt_c) {
+            constexpr int VT = decltype(vt_c)::value;
+            return (int)cudaFuncSetAttribute(rwkv7_backward_kernel<N, VT>, a, bytes);
+        });
+    return e;
 }
 
 } // namespace
