@@ -243,7 +243,7 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
         st->smem[x] = bytes;
     }
     /* The chunked RWKV-7 forward: its kernels' shared memory and the pool of its workspace
-     * (release threshold 0 until a call sets it, see forward_rwkv7_chunked). */
+     * (release threshold 0 until a call sets it, see chunk_pool_keep). */
     if (rwkv7_prepare_chunked(64) == (int)cudaSuccess) {
         st->chunk_ready = true;
         cudaMemPoolProps props;
@@ -559,9 +559,14 @@ void set_rwkv7_backward_views(Params* prm, const wkv_problem* p, const Placement
     prm->dstate_in = pl.v[kDstateIn];
 }
 
-/* The pool keeps `bytes` between calls. Not while the stream is being captured: setting an
+/* The pool keeps twice a call's `bytes` between calls. Kept at exactly `bytes`, it gave its
+ * memory back at every other synchronisation and cudaMallocFromPoolAsync mapped it again, 55-85
+ * us of host time before the kernels (H100, B=1 H=32 f16, 202 MB at T=4096: `wkv-bench perf`
+ * 0.784 -> 0.718 ms with 2x, T=1024 0.241 -> 0.204 ms; 1.25x still re-mapped at T=1024; cuda
+ * NOTES, "The chunked forward's pool"). Not while the stream is being captured: setting an
  * attribute is no stream work, and the graph's own allocation does not come from the pool. */
 void chunk_pool_keep(CudaState* st, uint64_t bytes) {
+    bytes = bytes > UINT64_MAX / 2 ? UINT64_MAX : 2 * bytes;
     if (bytes == st->chunk_keep) return;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(st->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {

@@ -43,7 +43,7 @@ struct CudaState {
      * (cudaMallocFromPoolAsync / cudaFreeAsync on the call's stream: no synchronisation,
      * capturable); nullptr: none could be made (such calls run the sequential forward). */
     cudaMemPool_t chunk_pool = nullptr;
-    uint64_t chunk_keep = 0; /* the pool's release threshold: the last pool call's bytes */
+    uint64_t chunk_keep = 0; /* the pool's release threshold: twice the last pool call's bytes */
     int chunk_mode = -1; /* WKV_CUDA_RWKV7_CHUNKED at context creation: -1 unset, 0 never, 1 always */
     /* The chunked RWKV-7 backward (rwkv7_chunk_bwd.cu, chosen by rwkv7_use_chunked_bwd): ready,
      * and WKV_CUDA_RWKV7_CHUNKED_BWD at context creation (-1 unset, 0 never, 1 always). */

@@ -28,8 +28,8 @@ WKV_API wkv_status wkv_cuda_set_stream(wkv_context* ctx, cudaStream_t stream);
  * it runs. Given as wkv_forward_desc.scratch (device memory or a wkv_buffer of ctx, at least
  * wkv_forward_scratch_size bytes), that is all it uses. Without it the context takes it from a
  * stream-ordered memory pool of its own (cudaMallocFromPoolAsync / cudaFreeAsync on the stream:
- * no synchronisation; in a captured graph an allocation node), which keeps what the last such
- * call needed between calls and gives it back when the context is destroyed; if the pool
+ * no synchronisation; in a captured graph an allocation node), which keeps up to twice what the
+ * last such call needed between calls and gives it back when the context is destroyed; if the pool
  * cannot give it, the call runs the sequential kernel instead (same results within rounding).
  * WKV_CUDA_RWKV7_CHUNKED=0 in the environment at context creation never chunks (no scratch).
  * The chunked RWKV-7 backward (the same shapes) allocates nothing: it runs in the backward's
