@@ -188,8 +188,10 @@ if [ -d "$root/.vk" ]; then
     for dt in f32 f16 bf16; do vkrun "$vk/wkv-bench" golden --backend vulkan --dtype "$dt" "$root"/tests/golden/*.safetensors; echo "rc=$?"; done
     vkrun "$vk/wkv_vulkan_tests"; echo "wkv_vulkan_tests rc=$?"
     [ -x "$vk/wkv_example_vulkan_engine" ] && { vkrun "$vk/wkv_example_vulkan_engine"; echo "vulkan engine example rc=$?"; }
+    vkrun "$vk/wkv-bench" demo --backend vulkan; echo "vulkan demo rc=$?"
   } >"$out/vulkan.log" 2>&1
-  note "vulkan: $(grep -c ' PASS ' "$out/vulkan.log") golden PASS, $(grep -c ' FAIL ' "$out/vulkan.log") FAIL; $(grep -E 'wkv_vulkan_tests rc|test cases:|engine example rc' "$out/vulkan.log" | tr '\n' ' ')"
+  note "vulkan: $(grep -c ' PASS ' "$out/vulkan.log") golden PASS, $(grep -c ' FAIL ' "$out/vulkan.log") FAIL; $(grep -E 'wkv_vulkan_tests rc|test cases:|engine example rc|demo rc' "$out/vulkan.log" | tr '\n' ' ')"
+  grep -E '^  (backend|prefill|decode|check) ' "$out/vulkan.log" >>"$summary"
   if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
     # the SM clock every 100 ms while Vulkan is timed: the H100 idles at ~345 MHz and a
     # Vulkan run timed before it ramps up reads ~5.5x slow (backends/vulkan/NOTES.md, run E)

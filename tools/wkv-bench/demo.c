@@ -14,6 +14,20 @@
 
 #define DEMO_FLOP_FWD 9.0 /* per token, head and N^2: see perf.c */
 
+/* A contiguous tensor: in buf when there is one (GPU backends), else at host. */
+static wkv_tensor demo_tensor(wkv_buffer* buf, void* host, wkv_dtype dt, const int64_t* shape) {
+    return buf ? wkv_tensor_make_buffer(buf, 0, dt, 4, shape) : wkv_tensor_make(host, dt, 4, shape);
+}
+
+/* One timed call: on a GPU backend until its work is complete. */
+static wkv_status demo_call(wkv_context* ctx, const wkv_forward_desc* fd, int gpu, double* seconds) {
+    const double t0 = wkvt_now();
+    wkv_status s = wkv_forward(ctx, fd);
+    if (s == WKV_OK && gpu) s = wkv_context_synchronize(ctx);
+    *seconds += wkvt_now() - t0;
+    return s;
+}
+
 typedef struct demo_cfg {
     int layers;
     int64_t B, H, N, T, D;
@@ -37,7 +51,10 @@ static void demo_usage(FILE* f) {
             "Vulkan, else CPU): a prefill of T tokens through L layers, each layer keeping its\n"
             "own state, then D tokens decoded one at a time (T=1 calls, state_in == state_out:\n"
             "the state is updated in place). Inputs are random but shaped like a model's\n"
-            "(decays in (0.545, 1), a = -kk, b = kk*iclr). Then layer 0 — every head, its whole\n"
+            "(decays in (0.545, 1), a = -kk, b = kk*iclr). On a GPU the states, inputs and\n"
+            "outputs live in device buffers (wkv_buffer), as a model keeps them: copies to and\n"
+            "from the host are outside the timed calls, and each timed call runs to completion\n"
+            "(wkv_context_synchronize). Then layer 0 — every head, its whole\n"
             "prefill output and state, every decoded token, the final state — is compared with\n"
             "libwkv's float64 reference run on the same inputs.\n"
             "\n"
@@ -241,7 +258,8 @@ int bench_demo(int argc, char** argv) {
         printf("  backend   cpu (%s), %d threads\n", device[0] ? device : "unknown CPU",
                bench_cpu_threads(c.threads));
     else
-        printf("  backend   %s (%s)\n", wkvt_backend_name(be), device[0] ? device : "device ?");
+        printf("  backend   %s (%s), states and tensors in device buffers\n", wkvt_backend_name(be),
+               device[0] ? device : "device ?");
     fflush(stdout);
 
     /* buffers */
@@ -267,9 +285,25 @@ int bench_demo(int argc, char** argv) {
     }
     demo_err e_ypre = {0, 0, 0}, e_spre = {0, 0, 0}, e_ydec = {0, 0, 0}, e_sfin = {0, 0, 0};
     double t_prefill = 0.0, t_decode = 0.0, t_gen = 0.0, t_check = 0.0;
-    if (oom) {
+    /* GPU backends: device buffers for the six inputs, y (prefill-sized, reused by the decode)
+     * and every layer's state */
+    const int gpu = be != WKV_BACKEND_CPU;
+    wkv_buffer* g_in[6] = {0};
+    wkv_buffer* g_y = NULL;
+    wkv_buffer** g_st = gpu ? (wkv_buffer**)calloc((size_t)c.layers, sizeof *g_st) : NULL;
+    if (oom || (gpu && !g_st)) {
         fprintf(stderr, "wkv-bench demo: out of memory\n");
         goto done;
+    }
+    if (gpu) {
+        wkv_status bs = WKV_OK;
+        for (int i = 0; i < 6 && bs == WKV_OK; i++) bs = wkv_buffer_create(ctx, n_pre * es, &g_in[i]);
+        if (bs == WKV_OK) bs = wkv_buffer_create(ctx, n_pre * es, &g_y);
+        for (int l = 0; l < c.layers && bs == WKV_OK; l++) bs = wkv_buffer_create(ctx, sn * sizeof(float), &g_st[l]);
+        if (bs != WKV_OK) {
+            fprintf(stderr, "wkv-bench demo: device buffers: %s\n", wkv_last_error(ctx));
+            goto done;
+        }
     }
 
     int64_t pshape[4] = {c.B, c.T, c.H, c.N};
@@ -295,18 +329,22 @@ int bench_demo(int argc, char** argv) {
                 wkvt_load_f32(pl[i], c.dt, pf[i], n_pre); /* what the library sees */
             }
         t_gen += wkvt_now() - g0;
-        fd.r = wkv_tensor_make(pl[0], c.dt, 4, pshape);
-        fd.w = wkv_tensor_make(pl[1], c.dt, 4, pshape);
-        fd.k = wkv_tensor_make(pl[2], c.dt, 4, pshape);
-        fd.v = wkv_tensor_make(pl[3], c.dt, 4, pshape);
-        fd.a = wkv_tensor_make(pl[4], c.dt, 4, pshape);
-        fd.b = wkv_tensor_make(pl[5], c.dt, 4, pshape);
-        fd.y = wkv_tensor_make(y_pre, c.dt, 4, pshape);
+        wkv_status s = WKV_OK;
+        for (int i = 0; i < 6 && gpu && s == WKV_OK; i++) s = wkv_buffer_upload(ctx, g_in[i], 0, pl[i], n_pre * es);
+        fd.r = demo_tensor(g_in[0], pl[0], c.dt, pshape);
+        fd.w = demo_tensor(g_in[1], pl[1], c.dt, pshape);
+        fd.k = demo_tensor(g_in[2], pl[2], c.dt, pshape);
+        fd.v = demo_tensor(g_in[3], pl[3], c.dt, pshape);
+        fd.a = demo_tensor(g_in[4], pl[4], c.dt, pshape);
+        fd.b = demo_tensor(g_in[5], pl[5], c.dt, pshape);
+        fd.y = demo_tensor(g_y, y_pre, c.dt, pshape);
         fd.state_in = wkv_tensor_make(NULL, WKV_DTYPE_F32, 4, sshape); /* absent: zeros */
-        fd.state_out = wkv_tensor_make(states + (size_t)l * sn, WKV_DTYPE_F32, 4, sshape);
-        double t0 = wkvt_now();
-        wkv_status s = wkv_forward(ctx, &fd);
-        t_prefill += wkvt_now() - t0;
+        fd.state_out = demo_tensor(gpu ? g_st[l] : NULL, states + (size_t)l * sn, WKV_DTYPE_F32, sshape);
+        if (s == WKV_OK) s = demo_call(ctx, &fd, gpu, &t_prefill);
+        if (s == WKV_OK && gpu && l == 0) { /* what the check reads */
+            s = wkv_buffer_download(ctx, g_y, 0, y_pre, n_pre * es);
+            if (s == WKV_OK) s = wkv_buffer_download(ctx, g_st[0], 0, states, sn * sizeof(float));
+        }
         if (s != WKV_OK) {
             if (tty) fprintf(stderr, "\n");
             fprintf(stderr, "wkv-bench demo: prefill, layer %d: wkv_forward: %s\n", l,
@@ -346,18 +384,20 @@ int bench_demo(int argc, char** argv) {
                                df[i] + (size_t)(b * c.H * c.N), (size_t)(c.H * c.N) * sizeof(float));
             t_gen += wkvt_now() - g0;
             float* st = states + (size_t)l * sn;
-            fd.r = wkv_tensor_make(dl[0], c.dt, 4, dshape);
-            fd.w = wkv_tensor_make(dl[1], c.dt, 4, dshape);
-            fd.k = wkv_tensor_make(dl[2], c.dt, 4, dshape);
-            fd.v = wkv_tensor_make(dl[3], c.dt, 4, dshape);
-            fd.a = wkv_tensor_make(dl[4], c.dt, 4, dshape);
-            fd.b = wkv_tensor_make(dl[5], c.dt, 4, dshape);
-            fd.y = wkv_tensor_make(y_tok, c.dt, 4, dshape);
-            fd.state_in = wkv_tensor_make(st, WKV_DTYPE_F32, 4, sshape);
-            fd.state_out = wkv_tensor_make(st, WKV_DTYPE_F32, 4, sshape); /* in place */
-            double t0 = wkvt_now();
-            wkv_status s = wkv_forward(ctx, &fd);
-            t_decode += wkvt_now() - t0;
+            wkv_buffer* gst = gpu ? g_st[l] : NULL;
+            wkv_status s = WKV_OK;
+            for (int i = 0; i < 6 && gpu && s == WKV_OK; i++) s = wkv_buffer_upload(ctx, g_in[i], 0, dl[i], n_tok * es);
+            fd.r = demo_tensor(g_in[0], dl[0], c.dt, dshape);
+            fd.w = demo_tensor(g_in[1], dl[1], c.dt, dshape);
+            fd.k = demo_tensor(g_in[2], dl[2], c.dt, dshape);
+            fd.v = demo_tensor(g_in[3], dl[3], c.dt, dshape);
+            fd.a = demo_tensor(g_in[4], dl[4], c.dt, dshape);
+            fd.b = demo_tensor(g_in[5], dl[5], c.dt, dshape);
+            fd.y = demo_tensor(g_y, y_tok, c.dt, dshape);
+            fd.state_in = demo_tensor(gst, st, WKV_DTYPE_F32, sshape);
+            fd.state_out = demo_tensor(gst, st, WKV_DTYPE_F32, sshape); /* in place */
+            if (s == WKV_OK) s = demo_call(ctx, &fd, gpu, &t_decode);
+            if (s == WKV_OK && gpu && l == 0) s = wkv_buffer_download(ctx, g_y, 0, y_tok, n_tok * es);
             if (s != WKV_OK) {
                 if (tty) fprintf(stderr, "\n");
                 fprintf(stderr, "wkv-bench demo: decode token %lld, layer %d: wkv_forward: %s\n",
@@ -372,6 +412,10 @@ int bench_demo(int argc, char** argv) {
         }
     }
     if (c.check && c.D > 0) {
+        if (gpu && wkv_buffer_download(ctx, g_st[0], 0, states, sn * sizeof(float)) != WKV_OK) {
+            fprintf(stderr, "wkv-bench demo: reading layer 0's state back: %s\n", wkv_last_error(ctx));
+            goto done;
+        }
         demo_progress(tty, "checking layer %d decode (%d tokens)", 0, (int)c.D);
         double c0 = wkvt_now();
         if (demo_check(&c, c.D, dec_in, ref_state, y_dec0, states, ref_state, &e_ydec, &e_sfin)) {
@@ -441,6 +485,10 @@ done:
     free(states);
     free(state0_pre);
     free(ref_state);
+    for (int i = 0; i < 6; i++) wkv_buffer_destroy(g_in[i]);
+    wkv_buffer_destroy(g_y);
+    for (int l = 0; g_st && l < c.layers; l++) wkv_buffer_destroy(g_st[l]);
+    free(g_st);
     wkv_context_destroy(ctx);
     return rc;
 }
