@@ -19,6 +19,14 @@ static wkv_tensor demo_tensor(wkv_buffer* buf, void* host, wkv_dtype dt, const i
     return buf ? wkv_tensor_make_buffer(buf, 0, dt, 4, shape) : wkv_tensor_make(host, dt, 4, shape);
 }
 
+/* fd's six inputs r w k v a b and y: in the GPU buffers when there are any, else host[] / y. */
+static void demo_set_tokens(wkv_forward_desc* fd, wkv_buffer* const* g_in, wkv_buffer* g_y, void* const* host,
+                            void* y, wkv_dtype dt, const int64_t* shape) {
+    wkv_tensor* in[6] = {&fd->r, &fd->w, &fd->k, &fd->v, &fd->a, &fd->b};
+    for (int i = 0; i < 6; i++) *in[i] = demo_tensor(g_in[i], host[i], dt, shape);
+    fd->y = demo_tensor(g_y, y, dt, shape);
+}
+
 /* One timed call: on a GPU backend until its work is complete. */
 static wkv_status demo_call(wkv_context* ctx, const wkv_forward_desc* fd, int gpu, double* seconds) {
     const double t0 = wkvt_now();
@@ -331,13 +339,7 @@ int bench_demo(int argc, char** argv) {
         t_gen += wkvt_now() - g0;
         wkv_status s = WKV_OK;
         for (int i = 0; i < 6 && gpu && s == WKV_OK; i++) s = wkv_buffer_upload(ctx, g_in[i], 0, pl[i], n_pre * es);
-        fd.r = demo_tensor(g_in[0], pl[0], c.dt, pshape);
-        fd.w = demo_tensor(g_in[1], pl[1], c.dt, pshape);
-        fd.k = demo_tensor(g_in[2], pl[2], c.dt, pshape);
-        fd.v = demo_tensor(g_in[3], pl[3], c.dt, pshape);
-        fd.a = demo_tensor(g_in[4], pl[4], c.dt, pshape);
-        fd.b = demo_tensor(g_in[5], pl[5], c.dt, pshape);
-        fd.y = demo_tensor(g_y, y_pre, c.dt, pshape);
+        demo_set_tokens(&fd, g_in, g_y, pl, y_pre, c.dt, pshape);
         fd.state_in = wkv_tensor_make(NULL, WKV_DTYPE_F32, 4, sshape); /* absent: zeros */
         fd.state_out = demo_tensor(gpu ? g_st[l] : NULL, states + (size_t)l * sn, WKV_DTYPE_F32, sshape);
         if (s == WKV_OK) s = demo_call(ctx, &fd, gpu, &t_prefill);
@@ -387,13 +389,7 @@ int bench_demo(int argc, char** argv) {
             wkv_buffer* gst = gpu ? g_st[l] : NULL;
             wkv_status s = WKV_OK;
             for (int i = 0; i < 6 && gpu && s == WKV_OK; i++) s = wkv_buffer_upload(ctx, g_in[i], 0, dl[i], n_tok * es);
-            fd.r = demo_tensor(g_in[0], dl[0], c.dt, dshape);
-            fd.w = demo_tensor(g_in[1], dl[1], c.dt, dshape);
-            fd.k = demo_tensor(g_in[2], dl[2], c.dt, dshape);
-            fd.v = demo_tensor(g_in[3], dl[3], c.dt, dshape);
-            fd.a = demo_tensor(g_in[4], dl[4], c.dt, dshape);
-            fd.b = demo_tensor(g_in[5], dl[5], c.dt, dshape);
-            fd.y = demo_tensor(g_y, y_tok, c.dt, dshape);
+            demo_set_tokens(&fd, g_in, g_y, dl, y_tok, c.dt, dshape);
             fd.state_in = demo_tensor(gst, st, WKV_DTYPE_F32, sshape);
             fd.state_out = demo_tensor(gst, st, WKV_DTYPE_F32, sshape); /* in place */
             if (s == WKV_OK) s = demo_call(ctx, &fd, gpu, &t_decode);
