@@ -78,11 +78,11 @@ size_t rwkv7_bwd_smem_bytes(int N, int K1, int K2);
 /* The largest K1 the backward kernel takes. */
 int rwkv7_max_k1();
 
-/* The contiguous fast path's choice (rwkv6.cu; used by the RWKV-6 scans, the RWKV-7
- * forward's producers and the RWKV-7 backward's staging and write-out): wkv_elem + 1 when every present view in `all` has that dtype and every
- * view in `vec` has 4 consecutive, 4-element-aligned elements along N (unit N stride, the other
- * strides multiples of 4 where their index varies, aligned data); 0 (the generic element path)
- * otherwise. */
+/* The contiguous fast path's choice (rwkv6.cu; used by the RWKV-6 scans, the RWKV-7 forward's
+ * producers and the RWKV-7 backward's staging and write-out): wkv_elem + 1 when every present
+ * view in `all` has that dtype and every view in `vec` has 4 consecutive, 4-element-aligned
+ * elements along N (unit N stride, the other strides multiples of 4 where their index varies,
+ * aligned data); 0 (the generic element path) otherwise. */
 bool vec_view(const DevView& v, const SeqInfo& q, int64_t T, int32_t H);
 int vec_type(std::initializer_list<const DevView*> all, std::initializer_list<const DevView*> vec,
              const SeqInfo& q, int64_t T, int32_t H);

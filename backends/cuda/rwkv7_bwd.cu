@@ -328,16 +328,15 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
              * below; NOTES v35). Same values, same conversions, same decay calls: the same bits. */
             constexpr int VG = N / 4, VX = T::NT / VG;
             static_assert(VX >= kMaxK1, "vector staging: one token per thread");
-            constexpr int VE = VT == 0 ? 1 : VT;
             const int vx = tid / VG, vc = 4 * (tid % VG);
             if (vx < m) {
                 const int64_t t = ts + vx;
                 auto off = [&](const DevView& v) { return pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + vc; };
-                const auto ir4 = elem::load4<VE>(p.r, off(p.r)), iw4 = elem::load4<VE>(p.w, off(p.w));
-                const auto ik4 = elem::load4<VE>(p.k, off(p.k)), iv4 = elem::load4<VE>(p.v, off(p.v));
-                const auto ia4 = elem::load4<VE>(p.a, off(p.a)), ib4 = elem::load4<VE>(p.b, off(p.b));
-                const auto idy4 = elem::load4<VE>(p.dy, off(p.dy));
-                const float4 w4 = elem::to_float4<VE>(iw4);
+                const auto ir4 = elem::load4<VT>(p.r, off(p.r)), iw4 = elem::load4<VT>(p.w, off(p.w));
+                const auto ik4 = elem::load4<VT>(p.k, off(p.k)), iv4 = elem::load4<VT>(p.v, off(p.v));
+                const auto ia4 = elem::load4<VT>(p.a, off(p.a)), ib4 = elem::load4<VT>(p.b, off(p.b));
+                const auto idy4 = elem::load4<VT>(p.dy, off(p.dy));
+                const float4 w4 = elem::to_float4<VT>(iw4);
                 float4 d4, ddw4;
                 d4.x = decay_of(p.form, w4.x, &ddw4.x);
                 d4.y = decay_of(p.form, w4.y, &ddw4.y);
@@ -346,12 +345,12 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                 auto st4 = [&](int which, float4 x) { *reinterpret_cast<float4*>(tokv(vx, which) + vc) = x; };
                 st4(T_D, d4);
                 st4(T_DDW, ddw4);
-                st4(T_K, elem::to_float4<VE>(ik4));
-                st4(T_V, elem::to_float4<VE>(iv4));
-                st4(T_A, elem::to_float4<VE>(ia4));
-                st4(T_B, elem::to_float4<VE>(ib4));
-                st4(T_R, elem::to_float4<VE>(ir4));
-                st4(T_DY, elem::to_float4<VE>(idy4));
+                st4(T_K, elem::to_float4<VT>(ik4));
+                st4(T_V, elem::to_float4<VT>(iv4));
+                st4(T_A, elem::to_float4<VT>(ia4));
+                st4(T_B, elem::to_float4<VT>(ib4));
+                st4(T_R, elem::to_float4<VT>(ir4));
+                st4(T_DY, elem::to_float4<VT>(idy4));
             }
         } else {
             /* staging: per group of tokens, all loads first (no branch), then guarded stores */
@@ -603,13 +602,12 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                  * each (rounded like store_elem: the same bits). At mu = K2 the half is uniform
                  * per warp. */
                 constexpr int VG = N / 4, VX = T::NT / VG;
-                constexpr int VE = VT == 0 ? 1 : VT;
-                const int vc = 4 * (tid % VG);
+                    const int vc = 4 * (tid % VG);
                 for (int i = tid / VG; i < 2 * mu; i += VX) {
                     const int h = i >= mu, xx = i - h * mu;
                     const int64_t t = ts + u0 + xx;
                     auto put = [&](const DevView& v, int which) {
-                        elem::store4<VE>(v, pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + vc,
+                        elem::store4<VT>(v, pos.batch * v.s[0] + t * v.s[1] + pos.h * v.s[2] + vc,
                                          *reinterpret_cast<const float4*>(outv(xx, which) + vc));
                     };
                     if (h == 0) {
