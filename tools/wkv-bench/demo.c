@@ -19,12 +19,18 @@ static wkv_tensor demo_tensor(wkv_buffer* buf, void* host, wkv_dtype dt, const i
     return buf ? wkv_tensor_make_buffer(buf, 0, dt, 4, shape) : wkv_tensor_make(host, dt, 4, shape);
 }
 
-/* fd's six inputs r w k v a b and y: in the GPU buffers when there are any, else host[] / y. */
-static void demo_set_tokens(wkv_forward_desc* fd, wkv_buffer* const* g_in, wkv_buffer* g_y, void* const* host,
-                            void* y, wkv_dtype dt, const int64_t* shape) {
+/* fd's six inputs r w k v a b (host[], `bytes` each) and y: uploaded into the GPU buffers when
+ * there are any (GPU backends), else the host arrays themselves. Returns the uploads' status. */
+static wkv_status demo_set_tokens(wkv_context* ctx, wkv_forward_desc* fd, wkv_buffer* const* g_in, wkv_buffer* g_y,
+                                  void* const* host, void* y, size_t bytes, wkv_dtype dt, const int64_t* shape) {
     wkv_tensor* in[6] = {&fd->r, &fd->w, &fd->k, &fd->v, &fd->a, &fd->b};
-    for (int i = 0; i < 6; i++) *in[i] = demo_tensor(g_in[i], host[i], dt, shape);
+    wkv_status s = WKV_OK;
+    for (int i = 0; i < 6; i++) {
+        if (g_in[i] && s == WKV_OK) s = wkv_buffer_upload(ctx, g_in[i], 0, host[i], bytes);
+        *in[i] = demo_tensor(g_in[i], host[i], dt, shape);
+    }
     fd->y = demo_tensor(g_y, y, dt, shape);
+    return s;
 }
 
 /* One timed call: on a GPU backend until its work is complete. */
@@ -337,9 +343,7 @@ int bench_demo(int argc, char** argv) {
                 wkvt_load_f32(pl[i], c.dt, pf[i], n_pre); /* what the library sees */
             }
         t_gen += wkvt_now() - g0;
-        wkv_status s = WKV_OK;
-        for (int i = 0; i < 6 && gpu && s == WKV_OK; i++) s = wkv_buffer_upload(ctx, g_in[i], 0, pl[i], n_pre * es);
-        demo_set_tokens(&fd, g_in, g_y, pl, y_pre, c.dt, pshape);
+        wkv_status s = demo_set_tokens(ctx, &fd, g_in, g_y, pl, y_pre, n_pre * es, c.dt, pshape);
         fd.state_in = wkv_tensor_make(NULL, WKV_DTYPE_F32, 4, sshape); /* absent: zeros */
         fd.state_out = demo_tensor(gpu ? g_st[l] : NULL, states + (size_t)l * sn, WKV_DTYPE_F32, sshape);
         if (s == WKV_OK) s = demo_call(ctx, &fd, gpu, &t_prefill);
@@ -349,7 +353,7 @@ int bench_demo(int argc, char** argv) {
         }
         if (s != WKV_OK) {
             if (tty) fprintf(stderr, "\n");
-            fprintf(stderr, "wkv-bench demo: prefill, layer %d: wkv_forward: %s\n", l,
+            fprintf(stderr, "wkv-bench demo: prefill, layer %d: %s\n", l,
                     wkv_last_error(ctx));
             goto done;
         }
@@ -387,16 +391,14 @@ int bench_demo(int argc, char** argv) {
             t_gen += wkvt_now() - g0;
             float* st = states + (size_t)l * sn;
             wkv_buffer* gst = gpu ? g_st[l] : NULL;
-            wkv_status s = WKV_OK;
-            for (int i = 0; i < 6 && gpu && s == WKV_OK; i++) s = wkv_buffer_upload(ctx, g_in[i], 0, dl[i], n_tok * es);
-            demo_set_tokens(&fd, g_in, g_y, dl, y_tok, c.dt, dshape);
+            wkv_status s = demo_set_tokens(ctx, &fd, g_in, g_y, dl, y_tok, n_tok * es, c.dt, dshape);
             fd.state_in = demo_tensor(gst, st, WKV_DTYPE_F32, sshape);
             fd.state_out = demo_tensor(gst, st, WKV_DTYPE_F32, sshape); /* in place */
             if (s == WKV_OK) s = demo_call(ctx, &fd, gpu, &t_decode);
             if (s == WKV_OK && gpu && l == 0) s = wkv_buffer_download(ctx, g_y, 0, y_tok, n_tok * es);
             if (s != WKV_OK) {
                 if (tty) fprintf(stderr, "\n");
-                fprintf(stderr, "wkv-bench demo: decode token %lld, layer %d: wkv_forward: %s\n",
+                fprintf(stderr, "wkv-bench demo: decode token %lld, layer %d: %s\n",
                         (long long)t, l, wkv_last_error(ctx));
                 goto done;
             }
