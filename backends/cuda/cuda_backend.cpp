@@ -242,6 +242,8 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
         st->K2[x] = kCand[pick][1];
         st->smem[x] = bytes;
     }
+    st->fwd_saves = rwkv7_prepare_saving_forward(64, &st->fwd_ck_smem) == (int)cudaSuccess;
+    cudaGetLastError();
     /* The chunked RWKV-7 forward: its kernels' shared memory and the pool of its workspace
      * (release threshold 0 until a call sets it, see chunk_pool_keep). */
     if (rwkv7_prepare_chunked(64) == (int)cudaSuccess) {
@@ -477,7 +479,7 @@ int32_t cuda_saves_checkpoints(void* state, const wkv_problem* p) {
      * forward (and keep it off the chunked forward) */
     if (rwkv7_use_chunked_bwd(st, p)) return 0;
     const int hidx = head_index(p->N);
-    if (hidx < 0 || st->K1[hidx] == 0 || !rwkv7_forward_saves((int)p->N, st->K1[hidx])) return 0;
+    if (hidx < 0 || st->K1[hidx] == 0 || !st->fwd_saves || !rwkv7_forward_saves((int)p->N, st->K1[hidx])) return 0;
     return device_workspace(p) != nullptr ? 1 : 0;
 }
 
@@ -657,6 +659,7 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     if (p->save_checkpoints) { /* the core asked cuda_saves_checkpoints first */
         prm.ckpt = checkpoint_area(device_workspace(p));
         prm.K1 = st->K1[hidx];
+        prm.ck_smem = p->N == 64 ? st->fwd_ck_smem : 0;
     }
     const int64_t per = seqs_per_launch(p);
     int64_t seg = 0; /* saving, packed: segments of the sequences before `first` */

@@ -129,6 +129,41 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 __device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
 
+/* sm_90 bulk copies (the TMA unit, no tensor map): `bytes` (a multiple of 16) from shared to
+ * global memory, both 16-byte aligned, issued by one thread and tracked in its bulk groups. The
+ * writers of the shared source make their stores visible to the copy's (async) proxy first
+ * (fence_proxy_async), then meet the issuing thread at a barrier. Compiled for sm_90 only
+ * (elsewhere empty): a caller keeps them behind kBulkCopies. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool kBulkCopies = true;
+#else
+constexpr bool kBulkCopies = false;
+#endif
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_store(void* gdst, const void* ssrc, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned s = (unsigned)__cvta_generic_to_shared(ssrc);
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                 "cp.async.bulk.commit_group;\n" ::"l"(gdst), "r"(s), "r"(bytes) : "memory");
+#endif
+}
+/* the thread's bulk copies have read their sources (which may then be written again) */
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+/* the thread's bulk copies are complete (their writes performed) */
+__device__ __forceinline__ void bulk_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+
 /* The contiguous fast path (VT != 0, chosen per launch by vec_type below): every tensor a
  * kernel stages has the dtype VT (1 f32, 2 f16, 3 bf16; VT = wkv_elem + 1) and the vector ones
  * also a unit stride along N, strides that are multiples of 4 and 4-element-aligned data, so 4

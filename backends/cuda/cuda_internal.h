@@ -48,7 +48,7 @@ struct Rwkv7FwdParams {
        the backward's (Rwkv7BwdParams); ckpt == nullptr: not saving. */
     float* ckpt;
     int32_t K1;
-    int32_t pad_;
+    int32_t ck_smem; /* host side: a saving N = 64 launch's dynamic shared memory (rwkv7_fwd_save_smem) */
     int64_t seg0[kMaxSeqsPerLaunch + 1];
 };
 
@@ -108,6 +108,10 @@ int rwkv7_launch_backward(int N, const Rwkv7BwdParams& p, int64_t blocks, size_t
 /* Raises the dynamic shared-memory limit of the backward kernel for N (once per device,
  * before the first launch). Returns the cudaError_t as int. */
 int rwkv7_prepare_backward(int N, size_t smem);
+/* The dynamic shared memory a forward saving checkpoints for head size N takes on the current
+ * device (Rwkv7FwdParams::ck_smem; 0 where its kernel has no use for it), its limit raised to
+ * that (once per device). Returns the cudaError_t as int. */
+int rwkv7_prepare_saving_forward(int N, int* ck_smem);
 /* Whether the forward can save the checkpoints of the backward for head size N with segment K1
  * so that the backward reusing them gives the same bits (see rwkv7_bwd.cu, pass A). */
 bool rwkv7_forward_saves(int N, int K1);

@@ -33,6 +33,11 @@ struct CudaState {
     int K2[kNumHeadSizes] = {0, 0, 0};
     size_t smem[kNumHeadSizes] = {0, 0, 0};
     size_t smem_min[kNumHeadSizes] = {0, 0, 0}; /* what K2 = 1 would need */
+    /* RWKV-7's saving forward (rwkv7_prepare_saving_forward): ready (its shared-memory limit
+     * raised; if not, the forward does not save and the backward recomputes), and the dynamic
+     * shared memory its N = 64 launches take. */
+    bool fwd_saves = false;
+    int fwd_ck_smem = 0;
     bool lost = false;
     char* scratch = nullptr; /* device scratch for staged host memory (cuda_memory.cpp) */
     size_t scratch_bytes = 0;

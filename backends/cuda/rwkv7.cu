@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
         prefetch(t0 + CH);
     }
     /* Saving the backward's checkpoints (p.ckpt): the state before every K1-token segment,
-     * at the backward's address (K1 a multiple of CH, see rwkv7_forward_saves), row-major. */
+     * at the backward's address (K1 a multiple of CH, see rwkv7_forward_saves), by rows
+     * (ck_slot). */
     float* ck = fwd_ckpt_base<N>(p, pos);
     int ck_pos = 0; /* tokens since the last checkpoint */
     __syncthreads();
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(RowTile<N, R>::NT)
  * forward 3.22 -> 2.89; at N = 32 (B = 8) 58% slower (250 registers at 96 threads: 2 blocks per
  * SM where the plain kernel fits many), so N = 32 and 128 keep rwkv7_forward_kernel.
  * VT != 0: the producers' vector path (below; VT = wkv_elem + 1, chosen per launch by vec_type). */
-template <int N, int VT = 0>
+template <int N, int VT = 0, bool SAVE = false>
 __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
     rwkv7_forward_ws_kernel(const __grid_constant__ Rwkv7FwdParams p) {
     using RT = RowTile<N, 1>;
@@ -157,6 +158,13 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
     constexpr int P = RT::P, C = RT::C, G = RT::G, CH = RT::CH, NT = RT::NT;
     __shared__ __align__(16) float s_tok[2][CH][F_NUM][N];
     __shared__ __align__(16) float s_y[2][CH][N];
+    /* SAVE (p.ckpt set; a kernel of its own, so the plain forward carries none of this): on
+     * sm_90 (elem::kBulkCopies) the compute threads stage each checkpoint in one of two N x N
+     * tiles of dynamic shared memory (kFwdSaveSmem; conflict-free by ck_slot) and after the
+     * chunk's barrier the first producer thread sends it out as one bulk copy, so no compute
+     * warp waits for its checkpoint's global stores to take their registers (NOTES v39). */
+    extern __shared__ __align__(128) float s_ck[];
+    constexpr bool BULK = SAVE && elem::kBulkCopies;
 
     const int tid = threadIdx.x;
     const bool producer = tid >= NT;
@@ -259,18 +267,27 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
     } else {
         load_state_rows<T>(p.state_in, pos.s, pos.h, rg, q, S);
     }
-    float* ck = fwd_ckpt_base<N>(p, pos);
-    int ck_pos = 0;
+    float* ck = SAVE ? fwd_ckpt_base<N>(p, pos) : nullptr; /* the next checkpoint's address */
+    float* ck_out = nullptr; /* BULK: where the checkpoint staged last chunk goes; or none */
+    int ck_pos = 0, ck_buf = 0; /* tokens since the last checkpoint; BULK: the next tile */
     __syncthreads();
     int buf = 0;
     for (int64_t tc = t0; tc < t1; tc += CH, buf ^= 1) {
         const int m = (int)min64(CH, t1 - tc);
-        if (!producer) {
-            if (ck && ck_pos == 0) {
-                store_row_slices<N, 1, P, G>(ck, S, rg, q);
-                ck += N * N;
+        const bool save = SAVE && ck_pos == 0;
+        if constexpr (SAVE) ck_pos = ck_pos + CH == p.K1 ? 0 : ck_pos + CH;
+        if constexpr (BULK) {
+            /* last chunk's tile (written and fenced before the barrier) out; the tile this chunk
+             * writes was read by its copy before that barrier (bulk_wait_read below) */
+            if (ck_out && tid == NT) elem::bulk_store(ck_out, s_ck + (ck_buf ^ 1) * N * N, N * N * sizeof(float));
+            if (save && !producer) {
+                store_row_slices<N, 1, P, G>(s_ck + ck_buf * N * N, S, rg, q);
+                elem::fence_proxy_async();
             }
-            ck_pos = ck_pos + CH == p.K1 ? 0 : ck_pos + CH;
+        } else if (save && !producer) {
+            store_row_slices<N, 1, P, G>(ck, S, rg, q);
+        }
+        if (!producer) {
             for (int u = 0; u < m; ++u) {
                 const float* const tok[F_NUM] = {s_tok[buf][u][F_R], s_tok[buf][u][F_D], s_tok[buf][u][F_K],
                                                  s_tok[buf][u][F_V], s_tok[buf][u][F_A], s_tok[buf][u][F_B]};
@@ -289,7 +306,19 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
             prefetch(tc + CH);
             stage(buf ^ 1, (int)min64(CH, t1 - tc - CH));
         }
+        if constexpr (BULK) {
+            if (ck_out && tid == NT) elem::bulk_wait_read();
+            ck_out = save ? ck : nullptr;
+            ck_buf ^= save ? 1 : 0;
+        }
+        if (save) ck += N * N;
         __syncthreads();
+    }
+    if constexpr (BULK) {
+        if (ck_out && tid == NT) {
+            elem::bulk_store(ck_out, s_ck + (ck_buf ^ 1) * N * N, N * N * sizeof(float));
+            elem::bulk_wait();
+        }
     }
     if (producer) {
         if (t0 < t1 && want_y) {
@@ -698,7 +727,8 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
                                     {&p.r, &p.w, &p.k, &p.v, &p.a, &p.b, &p.y}, p.seq, p.T, p.H);
             with_vec_type(vt, [&](auto vt_c) {
                 constexpr int VT = decltype(vt_c)::value;
-                rwkv7_forward_ws_kernel<N, VT><<<nb, NT, 0, stream>>>(p);
+                if (p.ckpt) rwkv7_forward_ws_kernel<N, VT, true><<<nb, NT, (size_t)p.ck_smem, stream>>>(p);
+                else rwkv7_forward_ws_kernel<N, VT><<<nb, NT, 0, stream>>>(p);
                 return 0;
             });
         } else {
@@ -719,6 +749,25 @@ int launch_fwd(const Rwkv7FwdParams& p, int64_t blocks, int sms, cudaStream_t st
 }
 
 } // namespace
+
+int rwkv7_prepare_saving_forward(int N, int* ck_smem) {
+    *ck_smem = 0;
+    if (N != 64) return (int)cudaSuccess; /* rwkv7_forward_kernel saves by global stores */
+    /* the kernel image this device runs: sm_90 code (or PTX JIT-compiled from compute_90) has
+     * the bulk-copy path; older ones store directly and need no tiles */
+    cudaFuncAttributes attr;
+    cudaError_t e = cudaFuncGetAttributes(&attr, rwkv7_forward_ws_kernel<64, 0, true>);
+    if (e != cudaSuccess || attr.binaryVersion < 90) return (int)e;
+    const int bytes = 2 * 64 * 64 * (int)sizeof(float); /* two checkpoint tiles */
+    for (int vt = 0; vt <= 3 && e == cudaSuccess; ++vt)
+        e = (cudaError_t)with_vec_type(vt, [&](auto vt_c) {
+            constexpr int VT = decltype(vt_c)::value;
+            return (int)cudaFuncSetAttribute(rwkv7_forward_ws_kernel<64, VT, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        });
+    if (e == cudaSuccess) *ck_smem = bytes;
+    return (int)e;
+}
 
 bool rwkv7_forward_saves(int N, int K1) {
     switch (N) {

@@ -59,6 +59,7 @@ template <> struct BwdRowTile<32> { using T = Tile<32, 1, 4>; };
  *                              whole block after the window, coalesced
  *   sap     K1 x N             N = 128 (kKeepSa): sa of the segment's tokens, from its first window
  *   ck      N x N              N = 32 / 64 (kCkptSmem): the segment's checkpoint, row-major
+ *                              (the fetch undoes the global layout's ck_slot permutation)
  * Column form (the gradient sweep's column sums): thread (cg, q) = (tid / LC, tid % LC) owns
  * the CC columns cg CC + cc over the row quads qd = q + LC m (rows 4 qd .. 4 qd + 3), so a
  * column's sums take log2(LC) shuffle levels, and it reads its rows of the token vectors as
@@ -209,9 +210,14 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
     };
     /* (kCkptSmem) segment gg's checkpoint into s_ck by asynchronous copies (waited for before the
      * barrier that ends the segment's staging) */
+    /* float4 i = tid + NT x is row i / (N / 4), group i % (N / 4): each step adds NT / (N / 4)
+     * rows, a multiple of 4, so ck_slot's permutation is the same for all of a thread's copies */
+    static_assert(!kCkptSmem<N> || (T::NT / (N / 4)) % 4 == 0, "checkpoint fetch");
+    const int ck_r0 = tid / (N / 4);
+    const int ck_src0 = ck_r0 * N + 4 * ck_slot<N>(ck_r0, tid % (N / 4));
     auto fetch_ckpt = [&](int64_t gg) {
-        const float* src = ckpt + (size_t)gg * (N * N);
-        for (int i = tid; i < N * N / 4; i += T::NT) elem::cp_async16(s_ck + 4 * i, src + 4 * i);
+        const float* src = ckpt + (size_t)gg * (N * N) + ck_src0;
+        for (int i = tid; i < N * N / 4; i += T::NT, src += 4 * T::NT) elem::cp_async16(s_ck + 4 * i, src);
         elem::cp_async_commit();
     };
 

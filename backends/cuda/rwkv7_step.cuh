@@ -395,16 +395,30 @@ __device__ __forceinline__ void row_step(float (&S)[R][4 * G], const float* cons
     }
 }
 
-/* The thread's row slices (rows rg R.., float4 groups g P + q) into a row-major N x N state at
- * ck: a checkpoint, in the backward's layout. */
+/* A checkpoint (N = 32 / 64) is N rows of N floats, row-major, but row r's float4 group s sits
+ * at slot ck_slot(r, s) = s ^ 2 (r & 3): the eight float4 stores of a quarter-warp (rows 4 i..
+ * 4 i + 3, P = 2 lanes each, the same group) then fall into eight distinct shared-memory bank
+ * groups, so the saving forward stages a checkpoint in shared memory without conflicts and
+ * sends it out as one bulk copy (rwkv7_forward_ws_kernel), its global image being the shared
+ * one. Every writer (store_row_slices) and the backward's reader (fetch_ckpt) go through it;
+ * N = 128 checkpoints (the backward's own tile layout) are not permuted. */
+template <int N>
+__host__ __device__ constexpr int ck_slot(int row, int slot) {
+    return N == 128 ? slot : slot ^ ((row & 3) << 1);
+}
+
+/* The thread's row slices (rows rg R.., float4 groups g P + q) into an N x N checkpoint at ck
+ * (global or shared memory), in the backward's layout (ck_slot). */
 template <int N, int R, int P, int G>
 __device__ __forceinline__ void store_row_slices(float* ck, const float (&S)[R][4 * G], int rg, int q) {
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
-        float4* row = reinterpret_cast<float4*>(ck + (size_t)(rg * R + rr) * N);
+        const int r = rg * R + rr;
+        float4* row = reinterpret_cast<float4*>(ck + (size_t)r * N);
 #pragma unroll
         for (int g = 0; g < G; ++g)
-            row[g * P + q] = make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
+            row[ck_slot<N>(r, g * P + q)] =
+                make_float4(S[rr][4 * g], S[rr][4 * g + 1], S[rr][4 * g + 2], S[rr][4 * g + 3]);
     }
 }
 
