@@ -3,7 +3,7 @@
 # ctest on the release build (the doctest suites, the plugin loader test, the golden files
 # through wkv-bench, the installed-package consumer check, the Python suite, the threading
 # stress test, the exported-symbol and ABI checks), after the float64 numpy specs of planned
-# kernels (backends/cuda/design, pytest; no libwkv needed).
+# kernels (backends/cuda/design, backends/cpu/design; pytest, no libwkv needed).
 #
 # Reliability checks, each in its own build directory:
 #   asan      wkv_tests and wkv_plugin_tests (the fault-injection cases included: the preset is a
@@ -151,8 +151,8 @@ if want aarch64; then
   [ $rc -eq 0 ] || { cat "$logs/aarch64-neon.log" "$logs/aarch64-scalar.log"; echo "aarch64 FAILED"; exit 1; }
 fi
 
-step "design prototypes: float64 numpy specs of planned kernels (backends/cuda/design)"
-python3 -m pytest -q -p no:cacheprovider backends/cuda/design
+step "design prototypes: numpy specs of planned kernels (backends/cuda/design, backends/cpu/design)"
+python3 -m pytest -q -p no:cacheprovider backends/cuda/design backends/cpu/design
 
 step "ctest (release build)"
 ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"
