@@ -160,9 +160,10 @@ __global__ void __launch_bounds__(RowTile<N, 1>::NT + N, 2)
     __shared__ __align__(16) float s_y[2][CH][N];
     /* SAVE (p.ckpt set; a kernel of its own, so the plain forward carries none of this): on
      * sm_90 (elem::kBulkCopies) the compute threads stage each checkpoint in one of two N x N
-     * tiles of dynamic shared memory (kFwdSaveSmem; conflict-free by ck_slot) and after the
-     * chunk's barrier the first producer thread sends it out as one bulk copy, so no compute
-     * warp waits for its checkpoint's global stores to take their registers (NOTES v39). */
+     * tiles of dynamic shared memory (p.ck_smem bytes, see rwkv7_prepare_saving_forward;
+     * conflict-free by ck_slot) and after the chunk's barrier the first producer thread sends it
+     * out as one bulk copy, so no compute warp waits for its checkpoint's global stores to take
+     * their registers (NOTES v39). */
     extern __shared__ __align__(128) float s_ck[];
     constexpr bool BULK = SAVE && elem::kBulkCopies;
 
