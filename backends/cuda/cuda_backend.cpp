@@ -659,7 +659,7 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     if (p->save_checkpoints) { /* the core asked cuda_saves_checkpoints first */
         prm.ckpt = checkpoint_area(device_workspace(p));
         prm.K1 = st->K1[hidx];
-        prm.ck_smem = p->N == 64 ? st->fwd_ck_smem : 0;
+        prm.ck_smem = st->fwd_ck_smem; /* read by the N = 64 kernel only */
     }
     const int64_t per = seqs_per_launch(p);
     int64_t seg = 0; /* saving, packed: segments of the sequences before `first` */

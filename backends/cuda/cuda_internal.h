@@ -48,7 +48,7 @@ struct Rwkv7FwdParams {
        the backward's (Rwkv7BwdParams); ckpt == nullptr: not saving. */
     float* ckpt;
     int32_t K1;
-    int32_t ck_smem; /* host side: a saving N = 64 launch's dynamic shared memory (rwkv7_fwd_save_smem) */
+    int32_t ck_smem; /* host side: a saving N = 64 launch's dynamic shared memory (rwkv7_prepare_saving_forward) */
     int64_t seg0[kMaxSeqsPerLaunch + 1];
 };
 

@@ -209,9 +209,9 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
         fwd_update<T>(S, q, vr, tokv(u, T_D), tokv(u, T_K), tokv(u, T_B), sa);
     };
     /* (kCkptSmem) segment gg's checkpoint into s_ck by asynchronous copies (waited for before the
-     * barrier that ends the segment's staging) */
-    /* float4 i = tid + NT x is row i / (N / 4), group i % (N / 4): each step adds NT / (N / 4)
-     * rows, a multiple of 4, so ck_slot's permutation is the same for all of a thread's copies */
+     * barrier that ends the segment's staging), undoing ck_slot: float4 i = tid + NT x is row
+     * i / (N / 4), group i % (N / 4), and each step adds NT / (N / 4) rows, a multiple of 4, so
+     * the permutation is the same for all of a thread's copies (one source offset per thread) */
     static_assert(!kCkptSmem<N> || (T::NT / (N / 4)) % 4 == 0, "checkpoint fetch");
     const int ck_r0 = tid / (N / 4);
     const int ck_src0 = ck_r0 * N + 4 * ck_slot<N>(ck_r0, tid % (N / 4));
@@ -608,7 +608,7 @@ __global__ void __launch_bounds__(bwd_threads(N), 1)
                  * each (rounded like store_elem: the same bits). At mu = K2 the half is uniform
                  * per warp. */
                 constexpr int VG = N / 4, VX = T::NT / VG;
-                    const int vc = 4 * (tid % VG);
+                const int vc = 4 * (tid % VG);
                 for (int i = tid / VG; i < 2 * mu; i += VX) {
                     const int h = i >= mu, xx = i - h * mu;
                     const int64_t t = ts + u0 + xx;
