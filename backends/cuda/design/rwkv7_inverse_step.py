@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def forward_states(r, w, k, v, a, b, s0, decay, dtype=np.float32):
+def forward_states(k, v, a, b, s0, decay, dtype=np.float32):
     """The float32 forward: the states S_0 .. S_T (S_0 = s0) and sa_1 .. sa_T."""
     k, v, a, b = (x.astype(dtype) for x in (k, v, a, b))
     d = decay.astype(dtype)
@@ -52,12 +52,12 @@ def inverse_states(k, v, b, states, sas, decay, K=16, dtype=np.float32):
     return out
 
 
-def backward(r, k, v, a, b, dy, states, sas, decay, dtype=np.float32):
+def backward(r, a, b, dy, states, sas, decay, dtype=np.float32):
     """A float32 backward (no state gradients in or out) from the given states: dr, the gradient
-    with respect to the decay, da (the reference's formulas)."""
-    r, k, v, a, b, dy = (x.astype(dtype) for x in (r, k, v, a, b, dy))
+    with respect to the decay, da (the reference's formulas; the others need no state)."""
+    r, a, b, dy = (x.astype(dtype) for x in (r, a, b, dy))
     d = decay.astype(dtype)
-    B, T, H, N = v.shape
+    B, T, H, N = r.shape
     g = {n: np.zeros((B, T, H, N), dtype) for n in ("dr", "ddecay", "da")}
     dS = np.zeros((B, H, N, N), dtype)
     for t in range(T - 1, -1, -1):

@@ -30,11 +30,11 @@ def errors(extreme, seed=5, B=1, T=48, H=2, N=32):
     g64 = ref.rwkv7_backward(**x, dy=dy, s0=s0, form="clampw")
     g64["ddecay"] = g64["dw"] / ref.ddecay_dw(x["w"], "clampw")
     decay = ref.decay_of(x["w"], "clampw")
-    states, sas = inv.forward_states(x["r"], x["w"], x["k"], x["v"], x["a"], x["b"], s0, decay)
+    states, sas = inv.forward_states(x["k"], x["v"], x["a"], x["b"], s0, decay)
     rebuilt = inv.inverse_states(x["k"], x["v"], x["b"], states, sas, decay)
     grads = {}
     for name, st in (("replay", states), ("inverse", rebuilt)):
-        g = inv.backward(x["r"], x["k"], x["v"], x["a"], x["b"], dy, st, sas, decay)
+        g = inv.backward(x["r"], x["a"], x["b"], dy, st, sas, decay)
         grads[name] = max(ref.rel_err(g[n], g64[n]) for n in ("dr", "ddecay", "da"))
     return grads
 
