@@ -59,7 +59,8 @@ static void perf_usage(FILE* f) {
             "                      [--device I] [--B B] [--T T] [--H H] [--N N]\n"
             "                      [--dtype f32|f16|bf16] [--threads K] [--decay FORM]\n"
             "                      [--pass forward|backward|both] [--repeat R] [--warmup W]\n"
-            "                      [--no-state] [--reuse] [--async] [--seed S] [--json]\n"
+            "                      [--no-state] [--in-place] [--reuse] [--async] [--seed S]\n"
+            "                      [--json]\n"
             "\n"
             "Times wkv_forward and/or wkv_backward on random inputs that look like a model's,\n"
             "W warm-up calls, then R timed samples (wall clock, CLOCK_MONOTONIC). On the CPU a\n"
@@ -92,6 +93,8 @@ static void perf_usage(FILE* f) {
             "                 on a GPU backend a warm-up (W > 0) also lasts at least 1 s of calls, so\n"
             "                 that a GPU idle while the inputs were drawn is back at its clocks\n"
             "  --no-state     no state_in / state_out (start from zero, drop the final state)\n"
+            "  --in-place     state_out is state_in's memory (one state stepped in place call after\n"
+            "                 call, as a decode loop keeps it); forward only\n"
             "  --async        a context with WKV_CONTEXT_ASYNC (Vulkan: a call on buffers returns\n"
             "                 once submitted; the batch's calls queue back to back and the\n"
             "                 sample's wkv_context_synchronize waits for them; CUDA, CPU: no change);\n"
@@ -146,7 +149,8 @@ typedef struct perf_cfg {
     int decay_set; /* --decay given */
     int fwd, bwd, repeat, warmup, json, state;
     int reuse; /* --reuse */
-    int async; /* --async: WKV_CONTEXT_ASYNC */
+    int async;    /* --async: WKV_CONTEXT_ASYNC */
+    int in_place; /* --in-place: state_out = state_in */
     uint64_t seed;
 } perf_cfg;
 
@@ -260,11 +264,11 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
         printf("{\"op\":\"%s\",\"backend\":\"%s\",\"device\":", op->name, backend);
         bench_json_string(stdout, device);
         printf(",\"dtype\":\"%s\",\"B\":%lld,\"T\":%lld,\"H\":%lld,\"N\":%lld,\"threads\":%d,"
-               "\"pass\":\"%s\",\"decay\":\"%s\",\"state\":%s,\"repeat\":%d,\"batch\":%d,\"median_ms\":%.6g,"
+               "\"pass\":\"%s\",\"decay\":\"%s\",\"state\":%s,\"in_place\":%s,\"repeat\":%d,\"batch\":%d,\"median_ms\":%.6g,"
                "\"min_ms\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,\"gbps\":%.6g,\"async\":%s",
                wkvt_dtype_name(dt), (long long)s->B, (long long)s->T, (long long)s->H,
                (long long)s->N, threads, pass, wkvt_decay_form_name(perf_decay(c, op)),
-               c->state ? "true" : "false", n, batch, med * 1e3, mn * 1e3, tps, gflops, gbps,
+               c->state ? "true" : "false", c->in_place ? "true" : "false", n, batch, med * 1e3, mn * 1e3, tps, gflops, gbps,
                c->async ? "true" : "false");
         if (peak > 0) printf(",\"peak_gflops\":%.6g,\"peak_frac\":%.4g", peak, gflops / peak);
         printf("}\n");
@@ -535,7 +539,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
         fd.state_in = r4 ? wkv_tensor_make(st0, WKV_DTYPE_F32, 3, sshape4)
                          : wkv_tensor_make(st0, WKV_DTYPE_F32, 4, sshape);
         fd.state_out = fd.state_in;
-        fd.state_out.data = st1;
+        fd.state_out.data = c->in_place ? st0 : st1;
     }
     const double state_bytes = c->state ? (double)sn * 4.0 : 0.0;
     const double tok_bytes = (double)n * (double)es;
@@ -549,7 +553,10 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
         wkv_tensor* fwd_tensors[] = {&fd.r, &fd.w, &fd.k, &fd.v, &fd.a, &fd.b, &fd.u, &fd.y,
                                      &fd.state_in, &fd.state_out};
         for (size_t i = 0; i < sizeof fwd_tensors / sizeof fwd_tensors[0]; i++)
-            if (perf_make_resident(ctx, &res, fwd_tensors[i], "the forward tensors")) goto done;
+            if ((!c->in_place || fwd_tensors[i] != &fd.state_out) &&
+                perf_make_resident(ctx, &res, fwd_tensors[i], "the forward tensors"))
+                goto done;
+        if (c->in_place) fd.state_out = fd.state_in; /* the same device buffer */
     }
 
     if (c->fwd && !c->reuse) {
@@ -805,12 +812,19 @@ int bench_perf(int argc, char** argv) {
             c.reuse = 1;
         } else if (!strcmp(argv[i], "--async")) {
             c.async = 1;
+        } else if (!strcmp(argv[i], "--in-place")) {
+            c.in_place = 1;
         } else if (argv[i][0] == '-') {
             return bench_usage_error(cmd, "unknown option '%s'", argv[i]);
         } else {
             return bench_usage_error(cmd, "unexpected argument '%s'", argv[i]);
         }
     }
+    if (c.in_place && (c.bwd || c.reuse))
+        return bench_usage_error(cmd, "--in-place times the forward only: give --pass forward "
+                                      "(and no --reuse)");
+    if (c.in_place && !c.state)
+        return bench_usage_error(cmd, "--in-place steps the state in place: not with --no-state");
     if (c.reuse) c.bwd = 1; /* the backward's tensors are needed */
     if (nops == 1 && ops[0]->op == WKV_OP_RWKV4 && c.decay_set &&
         c.decay != WKV_DECAY_EXP_NEG_EXP)
@@ -862,8 +876,8 @@ int bench_perf(int argc, char** argv) {
             for (int o = 0; o < nops; o++)
                 printf("%s %s %s", o ? "," : "", ops[o]->name,
                        wkvt_decay_form_name(perf_decay(&c, ops[o])));
-            printf("; state %s; warmup %d, repeat %d\n", c.state ? "in+out" : "none", c.warmup,
-                   c.repeat);
+            printf("; state %s; warmup %d, repeat %d\n",
+                   !c.state ? "none" : c.in_place ? "in place" : "in+out", c.warmup, c.repeat);
             if (be == WKV_BACKEND_CPU) {
                 const char* isa;
                 const double peak = perf_fma_peak(&isa);
