@@ -264,12 +264,13 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
         printf("{\"op\":\"%s\",\"backend\":\"%s\",\"device\":", op->name, backend);
         bench_json_string(stdout, device);
         printf(",\"dtype\":\"%s\",\"B\":%lld,\"T\":%lld,\"H\":%lld,\"N\":%lld,\"threads\":%d,"
-               "\"pass\":\"%s\",\"decay\":\"%s\",\"state\":%s,\"in_place\":%s,\"repeat\":%d,\"batch\":%d,\"median_ms\":%.6g,"
+               "\"pass\":\"%s\",\"decay\":\"%s\",\"state\":%s,\"in_place\":%s,\"repeat\":%d,"
+               "\"batch\":%d,\"median_ms\":%.6g,"
                "\"min_ms\":%.6g,\"tokens_per_s\":%.6g,\"gflops\":%.6g,\"gbps\":%.6g,\"async\":%s",
                wkvt_dtype_name(dt), (long long)s->B, (long long)s->T, (long long)s->H,
                (long long)s->N, threads, pass, wkvt_decay_form_name(perf_decay(c, op)),
-               c->state ? "true" : "false", c->in_place ? "true" : "false", n, batch, med * 1e3, mn * 1e3, tps, gflops, gbps,
-               c->async ? "true" : "false");
+               c->state ? "true" : "false", c->in_place ? "true" : "false", n, batch, med * 1e3,
+               mn * 1e3, tps, gflops, gbps, c->async ? "true" : "false");
         if (peak > 0) printf(",\"peak_gflops\":%.6g,\"peak_frac\":%.4g", peak, gflops / peak);
         printf("}\n");
     } else {
