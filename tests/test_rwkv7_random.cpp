@@ -543,6 +543,40 @@ TEST_CASE("rwkv7 random: in-place state (state_out is state_in)") {
     }
 }
 
+TEST_CASE("rwkv7 random: decays near zero and zero (the CPU's blocks walked token by token)") {
+    // With WKV_RWKV7_BLOCK=1 (ctest's wkv_tests_rwkv7_block_*) the vector paths walk sequences
+    // of 16 tokens or more in blocks of 8, dividing by the block's running decay products; a block whose products leave [1e-20, 1e20] is stepped
+    // token by token (backends/cpu/rwkv7_block.inl). Here blocks 1 and 3 of each sequence get
+    // decays of 1e-4 and exact zeros (products far below 1e-20), the others ordinary ones, and
+    // 37 tokens leave a tail of 5; every output and gradient against the reference.
+    WKV_SEED_INFO();
+    int i = 0;
+    for (int64_t N : {32, 64, 128}) {
+        Config c;
+        c.B = 2;
+        c.T = 37;
+        c.H = 2;
+        c.N = N;
+        c.form = WKV_DECAY_DIRECT;
+        c.state_in = c.state_out = c.dstate_out = c.dstate_in = true;
+        INFO("case: " << c.describe());
+        Rng rng(seed + 9000 + static_cast<uint64_t>(i++));
+        Problem p = make_problem(c, rng);
+        const int64_t HN = c.H * c.N;
+        for (int64_t b = 0; b < c.B; b++)
+            for (int64_t t = 8; t < 32; t++) {
+                if (t / 8 % 2 == 0) continue;  // blocks 1 and 3
+                for (int64_t e = 0; e < HN; e++) {
+                    double& w = p.d.w[static_cast<size_t>((b * c.T + t) * HN + e)];
+                    w = t / 8 == 1 ? 1e-4 * w : (e % 3 == 0 ? 0.0 : w);
+                }
+            }
+        p.d.w = rounded(c.dtype, p.d.w);
+        const Results lib = run_library(c, p.d, p.dy, p.dsT);
+        compare_all(c, lib, {reference(p), reference(perturbed(p, rng)), plain_f32(p)});
+    }
+}
+
 TEST_CASE("rwkv7 random: packed sequences equal separate runs") {
     WKV_SEED_INFO();
     struct Packing {

@@ -12,7 +12,11 @@
  * the decay computed per token by vexp (decay_rows). N = 32, 64, 128 (padded) have
  * compile-time row lengths; other N run the same code with a run-time length.
  *
- * Forward scratch per chunk: G Np^2 + 8 Np floats (states; r w k v a b decay y rows). */
+ * Items of kBlockMinLen tokens or more at N = 32 / 64 / 128 walk blocks of tokens instead
+ * (rwkv7_block.inl).
+ *
+ * Forward scratch per chunk: G Np^2 + block_scratch_floats(Np, G) + G kBlock Np floats (states;
+ * r w k v a b decay y rows and a block's scratch; the group's y rows of a block). */
 
 #ifndef WKV_RWKV7_ROWS
 #define WKV_RWKV7_ROWS 4
@@ -170,9 +174,13 @@ int64_t forward_group7(const wkv_problem* p, int64_t threads) {
 #endif
 }
 
+#include "rwkv7_block.inl"
+
 uint64_t forward_chunk_floats7(const wkv_problem* p, int64_t group, CheckedSize& c) {
-    const uint64_t Np = (uint64_t)padded(p->N);
-    return c.add(c.mul((uint64_t)group, c.mul(Np, Np)), c.mul(8, Np));
+    const uint64_t Np = (uint64_t)padded(p->N), G = (uint64_t)group;
+    /* the group's states; the token rows and a block's scratch; the group's y rows of a block */
+    return c.add(c.add(c.mul(G, c.mul(Np, Np)), (uint64_t)block_scratch_floats((int64_t)Np, group)),
+                 c.mul(G, c.mul((uint64_t)kBlock, Np)));
 }
 
 template <int NV>
@@ -186,6 +194,12 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
     const int64_t nh = h1 - h0;
     int64_t batch, t0, t1;
     wkv_problem_sequence(p, s, &batch, &t0, &t1);
+    if constexpr (NV != 0) {
+        if (walks_blocks7<NV>(t1 - t0)) {
+            forward_item7_blocks<NV>(p, G, item, scratch, save);
+            return;
+        }
+    }
 
     const Rows7 x = carve_rows7(scratch + G * Np * Np, Np);
     float* S[kMaxGroup];        /* head g's state in scratch (Np x Np) */
@@ -583,7 +597,18 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
      *    group (each head runs in place in replay[j]; nseg > 1 means R = K >= G) */
     const int64_t pass = p->reuse_checkpoints ? 0 : nseg; /* reuse: the forward saved them */
     for (int64_t j = 0; j < nh && pass; ++j) state_in_padded(p->state_in, s, h0 + j, N, Np, ck(j, 0));
-    for (int64_t g = 0; g + 1 < pass; ++g) {
+    if constexpr (NV != 0) {
+      if (pass && walks_blocks7<NV>(len)) { /* as the forward walks it (rwkv7_block.inl) */
+        for (int64_t j = 0; j < nh; ++j) transpose_copy(ck(j, 0), replay + (size_t)j * n2, Np);
+        for (int64_t g = 0; g + 1 < pass; ++g) {
+            for (int64_t u = 0; u < K7; u += kBlock)
+                advance_group7<NV>(replay, nh, p, batch, t0 + g * K7 + u, t0 + (g + 1) * K7, h0,
+                                   rec(0, 0), nullptr);
+            for (int64_t j = 0; j < nh; ++j) transpose_copy(replay + (size_t)j * n2, ck(j, g + 1), Np);
+        }
+      }
+    }
+    for (int64_t g = 0; g + 1 < pass && !walks_blocks7<NV>(len); ++g) {
         for (int64_t u = 0; u < K7; ++u) {
             const int64_t t = t0 + g * K7 + u;
             for (int64_t j = 0; j < nh; ++j) {

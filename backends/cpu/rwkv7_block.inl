@@ -1,0 +1,472 @@
+/* The RWKV-7 state walked in blocks of kBlock tokens (the chunked, "WY" form), on a transposed
+ * state. Included by rwkv7_simd.inl after step_rows; used by the forward (with or without y,
+ * saving checkpoints or not) and by the backward's checkpoint pass, for N = 32 / 64 / 128 and
+ * sequences of kBlockMinLen tokens or more. Why: the token-by-token step reads and writes the
+ * whole state per token and sums every row horizontally; here the state is read twice and
+ * written once per block, by register-blocked products whose sums all run down the lanes
+ * (NOTES.md, step 43). Off unless WKV_RWKV7_BLOCK=1 (blocks_enabled7).
+ *
+ * LAYOUT. The state is kept transposed, St[j][i] = S[i][j] (key j's row of Np floats holds
+ * every value row i), so a block's per-token vectors are the token rows as they come (v, and
+ * what is computed from r, k, a, b and the decays) and each per-key factor is a broadcast.
+ *
+ * MATH. Row i of S, s (over keys j), for tokens t = 1..C of a block, s_0 = the entry state:
+ *     u_t = s_{t-1} . a_t        s_t = s_{t-1} o w_t + u_t b_t + v_t k_t        y_t = s_t . r_t
+ * With P_t = w_1 o ... o w_t (elementwise, P_0 = 1) and the token vectors
+ *     at_t = P_{t-1} o a_t     rt_t = P_t o r_t     bh_t = b_t / P_t     kh_t = k_t / P_t
+ * the state is s_t = P_t o (s_0 + sum_{tau<=t} u_tau bh_tau + v_tau kh_tau), so
+ *     u_t = s_0 . at_t + sum_{tau<t}  Aab[t][tau] u_tau + Aak[t][tau] v_tau
+ *     y_t = s_0 . rt_t + sum_{tau<=t} Arb[t][tau] u_tau + Ark[t][tau] v_tau
+ *     s_C = P_C o (s_0 + sum_tau u_tau bh_tau + v_tau kh_tau)
+ * with Aab[t][tau] = at_t . bh_tau, Aak = at_t . kh_tau, Arb = rt_t . bh_tau, Ark = rt_t . kh_tau
+ * (C x C dot products). For every row at once, vectors over i: X_t = s_0 . at_t and
+ * Z_t = s_0 . rt_t are one pass over St (X = St^T [at], sums down the lanes); then
+ * W_t = X_t + sum_{tau<t} Aak[t][tau] V_tau, U = L W with L = (I - Aab)^-1 (unit lower
+ * triangular, solved once per block), Y_t = Z_t + sum_{tau<=t} Arb U_tau + Ark V_tau; and the
+ * exit state is one more pass, St[j] = P_C[j] (St[j] + sum_tau bh_tau[j] U_tau + kh_tau[j] V_tau).
+ * Per element and token that is 4 + 1/C vector FMAs (the step's 5), in passes that hold the
+ * state slice in registers across 4 tokens or 4 keys.
+ *
+ * RANGE. bh and kh divide by P_t: a block whose running products leave [kBlockLo, kBlockHi]
+ * (tiny or zero decays, non-finite decays) is walked token by token instead (step_transposed,
+ * the step's math on St), so such decays cost speed, never accuracy. Which blocks are walked
+ * which way depends only on the inputs, so the forward, the saving forward and the backward's
+ * checkpoint pass make the same states bit for bit. */
+
+constexpr int kBlock = 8; /* C: tokens per block */
+constexpr int64_t kBlockMinLen = 2 * kBlock;
+constexpr float kBlockLo = 1e-20f, kBlockHi = 1e20f;
+constexpr int kCC = kBlock * kBlock;
+
+/* Block scratch (Np floats per row): carve_rows7's 8 token rows; X and Z (kBlock rows each);
+ * the C x C matrices Aab Aak Arb Ark L (kCC floats each); then per head of the group its
+ * prepared rows A R B K Vr (kBlock rows each), P and a check row. */
+constexpr int64_t kHeadRows = 5 * kBlock + 2;
+inline int64_t block_scratch_floats(int64_t Np, int64_t G) noexcept {
+    return (8 + 2 * kBlock) * Np + 5 * kCC + G * kHeadRows * Np;
+}
+
+struct Block7 { /* shared by the group's heads */
+    Rows7 x;
+    float *X, *Z;
+    float *ab, *ak, *rb, *rk, *L;
+    float* heads;
+};
+struct Head7 { /* one head's prepared block */
+    float *A, *R, *B, *K, *Vr, *P, *bad;
+};
+inline Block7 carve_block7(float* s, int64_t Np) noexcept {
+    Block7 b;
+    b.x = carve_rows7(s, Np);
+    b.X = s + 8 * Np;
+    b.Z = b.X + kBlock * Np;
+    float* q = b.Z + kBlock * Np;
+    float** mats[] = {&b.ab, &b.ak, &b.rb, &b.rk, &b.L};
+    for (float** m : mats) {
+        *m = q;
+        q += kCC;
+    }
+    b.heads = q;
+    return b;
+}
+inline Head7 head_block7(const Block7& b, int64_t g, int64_t Np) noexcept {
+    float* q = b.heads + g * kHeadRows * Np;
+    Head7 h;
+    float** rows[] = {&h.A, &h.R, &h.B, &h.K, &h.Vr};
+    for (float** r : rows) {
+        *r = q;
+        q += kBlock * Np;
+    }
+    h.P = q;
+    h.bad = q + Np;
+    return h;
+}
+
+/* The next block's token rows of one head, fetched into L2 a few lines at a time while this
+ * block's exit state is computed, so that the next block's preparation reads them from L2
+ * rather than waiting on memory (NOTES.md, step 43). */
+struct RowPrefetch {
+    static constexpr int kMaxRows = 6 * kBlock;
+    const char* row[kMaxRows];
+    int rows = 0, line = 0, lines_per_row = 0, cur = 0;
+    void add(const wkv_view& v, int64_t b, int64_t t, int64_t h, int64_t n) noexcept {
+        if (!view_present(v) || rows == kMaxRows) return;
+        row[rows++] = v.data + view_offset(v, b, t, h) * wkv_elem_size(v.elem);
+        const int lines = (int)((n * wkv_elem_size(v.elem) * (v.stride[3] ? v.stride[3] : 1) + 63) / 64);
+        if (lines > lines_per_row) lines_per_row = lines;
+    }
+    /* the next k lines */
+    WKV_SIMD_INLINE void issue(int k) noexcept {
+        for (; k > 0 && cur < rows; --k) {
+            __builtin_prefetch(row[cur] + 64 * line, 0, 2);
+            if (++line == lines_per_row) {
+                line = 0;
+                ++cur;
+            }
+        }
+    }
+    int total() const noexcept { return rows * lines_per_row; }
+};
+
+/* St = S^T for an Np x Np matrix in place, and dst = src^T (row strides Np). */
+inline void transpose_in_place(float* m, int64_t Np) noexcept {
+    for (int64_t i = 0; i < Np; ++i)
+        for (int64_t j = i + 1; j < Np; ++j) {
+            const float t = m[i * Np + j];
+            m[i * Np + j] = m[j * Np + i];
+            m[j * Np + i] = t;
+        }
+}
+inline void transpose_copy(const float* src, float* dst, int64_t Np) noexcept {
+    constexpr int64_t kTile = 8;
+    for (int64_t ib = 0; ib < Np; ib += kTile)
+        for (int64_t jb = 0; jb < Np; jb += kTile)
+            for (int64_t i = ib; i < ib + kTile && i < Np; ++i)
+                for (int64_t j = jb; j < jb + kTile && j < Np; ++j) dst[j * Np + i] = src[i * Np + j];
+}
+
+/* One token on the transposed state: u = St^T a, then St[j] = St[j] w_j + b_j u + k_j v and
+ * y = St^T r (y may be NULL). Value vectors two at a time. */
+template <int NV>
+inline void step_transposed(float* St, int64_t Np, const float* __restrict decay,
+                            const float* __restrict k, const float* __restrict v,
+                            const float* __restrict a, const float* __restrict b,
+                            const float* __restrict r, float* y) noexcept {
+    for (int iv = 0; iv < NV; iv += 2) {
+        const int64_t o = (int64_t)iv * W;
+        T u0 = V::zero(), u1 = V::zero();
+        for (int64_t j = 0; j < Np; ++j) {
+            const T aj = V::bcast_mem(a + j);
+            u0 = V::fma(aj, V::load(St + j * Np + o), u0);
+            u1 = V::fma(aj, V::load(St + j * Np + o + W), u1);
+        }
+        const T v0 = V::load(v + o), v1 = V::load(v + o + W);
+        T y0 = V::zero(), y1 = V::zero();
+        for (int64_t j = 0; j < Np; ++j) {
+            float* sj = St + j * Np + o;
+            const T wj = V::bcast_mem(decay + j), bj = V::bcast_mem(b + j), kj = V::bcast_mem(k + j);
+            const T s0 = V::fma(kj, v0, V::fma(bj, u0, V::mul(V::load(sj), wj)));
+            const T s1 = V::fma(kj, v1, V::fma(bj, u1, V::mul(V::load(sj + W), wj)));
+            V::store(sj, s0);
+            V::store(sj + W, s1);
+            if (y) {
+                const T rj = V::bcast_mem(r + j);
+                y0 = V::fma(rj, s0, y0);
+                y1 = V::fma(rj, s1, y1);
+            }
+        }
+        if (y) {
+            V::store(y + o, y0);
+            V::store(y + o + W, y1);
+        }
+    }
+}
+
+/* out[q] = St^T m[q] for the 4 token rows m[0..3] (rows Np apart) into out[0..3]. */
+template <int NV>
+WKV_SIMD_INLINE void block_products(const float* St, const float* m, float* out) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
+    for (int iv = 0; iv < NV; iv += 2) {
+        const int64_t o = (int64_t)iv * W;
+        T c[4][2];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) c[q][0] = c[q][1] = V::zero();
+#pragma GCC unroll 4
+        for (int64_t j = 0; j < Np; ++j) {
+            const T s0 = V::load(St + j * Np + o), s1 = V::load(St + j * Np + o + W);
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; ++q) {
+                const T mj = V::bcast_mem(m + q * Np + j);
+                c[q][0] = V::fma(mj, s0, c[q][0]);
+                c[q][1] = V::fma(mj, s1, c[q][1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+            V::store(out + q * Np + o, c[q][0]);
+            V::store(out + q * Np + o + W, c[q][1]);
+        }
+    }
+}
+
+/* d[0..3] = x . y[q] for the rows y[q] (Np apart), into d. */
+template <int NV>
+WKV_SIMD_INLINE void dot4(const float* x, const float* y, float* d) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
+    T c0 = V::zero(), c1 = V::zero(), c2 = V::zero(), c3 = V::zero();
+#pragma GCC unroll 16
+    for (int q = 0; q < NV; ++q) {
+        const T xv = V::load(x + q * W);
+        c0 = V::fma(xv, V::load(y + q * W), c0);
+        c1 = V::fma(xv, V::load(y + Np + q * W), c1);
+        c2 = V::fma(xv, V::load(y + 2 * Np + q * W), c2);
+        c3 = V::fma(xv, V::load(y + 3 * Np + q * W), c3);
+    }
+    V::q_storeu(d, V::hsum4(c0, c1, c2, c3));
+}
+
+/* Token c of a block into head hd's prepared rows: at = P_{c-1} o a, P_c, rt = P_c o r (want_y),
+ * bh = b / P_c, kh = k / P_c, v; the check row marks lanes whose P_c left the range. */
+template <int NV>
+WKV_SIMD_INLINE void prepare_token7(const Inputs7& in, int c, const Head7& hd, bool want_y) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
+    const T one = V::set1(1.0f), lo = V::set1(kBlockLo), hi = V::set1(kBlockHi);
+    float *A = hd.A + c * Np, *R = hd.R + c * Np, *B = hd.B + c * Np, *K = hd.K + c * Np,
+          *Vr = hd.Vr + c * Np;
+    T bad = c ? V::load(hd.bad) : V::zero();
+#pragma GCC unroll 16
+    for (int q = 0; q < NV; ++q) {
+        const int64_t o = (int64_t)q * W;
+        T pv = c ? V::load(hd.P + o) : one;
+        V::store(A + o, V::mul(pv, V::load(in.a + o)));
+        pv = V::mul(pv, V::load(in.decay + o));
+        V::store(hd.P + o, pv);
+        if (want_y) V::store(R + o, V::mul(pv, V::load(in.r + o)));
+        const T inv = V::div(one, pv);
+        V::store(B + o, V::mul(V::load(in.b + o), inv));
+        V::store(K + o, V::mul(V::load(in.k + o), inv));
+        V::store(Vr + o, V::load(in.v + o));
+        bad = V::blend(V::ge(pv, lo), bad, one); /* false for NaN */
+        bad = V::blend(V::gt(pv, hi), one, bad);
+    }
+    V::store(hd.bad, bad);
+}
+
+/* Head hd's prepared block applied to St (transposed, Np x Np), y into yrows (kBlock rows of
+ * Np, NULL for none). False, with St untouched, when the block's products left the range. */
+template <int NV>
+bool advance_prepared7(float* St, const Head7& hd, const Block7& bk, float* yrows,
+                       RowPrefetch& pf) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
+    constexpr int C = kBlock;
+    const bool want_y = yrows != nullptr;
+    for (int l = 0; l < W; ++l)
+        if (hd.bad[l] != 0.0f) return false;
+    /* 2. the C x C dot products (row t: tau < t for Aab / Aak, tau <= t for Arb / Ark; the
+     *    rest of each group of 4 is computed and never read) and L = (I - Aab)^-1 */
+    for (int c = 0; c < C; ++c)
+        for (int g = 0; g < C; g += 4) {
+            if (g < c) {
+                dot4<NV>(hd.A + c * Np, hd.B + g * Np, bk.ab + c * C + g);
+                dot4<NV>(hd.A + c * Np, hd.K + g * Np, bk.ak + c * C + g);
+            }
+            if (want_y && g <= c) {
+                dot4<NV>(hd.R + c * Np, hd.B + g * Np, bk.rb + c * C + g);
+                dot4<NV>(hd.R + c * Np, hd.K + g * Np, bk.rk + c * C + g);
+            }
+        }
+    float* L = bk.L;
+    for (int c = 0; c < C; ++c) {
+        for (int tau = 0; tau < c; ++tau) {
+            float s = 0.0f;
+            for (int m = tau; m < c; ++m) s += bk.ab[c * C + m] * (m == tau ? 1.0f : L[m * C + tau]);
+            L[c * C + tau] = s;
+        }
+    }
+
+    /* 3. X = St^T A (and Z = St^T R) */
+    for (int g = 0; g < C; g += 4) {
+        block_products<NV>(St, hd.A + g * Np, bk.X + g * Np);
+        if (want_y) block_products<NV>(St, hd.R + g * Np, bk.Z + g * Np);
+    }
+
+    /* 4. per value vector: W = X + Aak V; U = L W (into X's rows); Y = Z + Arb U + Ark V */
+#pragma GCC unroll 2
+    for (int q = 0; q < NV; ++q) {
+        const int64_t o = (int64_t)q * W;
+        T u[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+            T acc = V::load(bk.X + c * Np + o);
+#pragma GCC unroll 8
+            for (int tau = 0; tau < c; ++tau)
+                acc = V::fma(V::bcast_mem(bk.ak + c * C + tau), V::load(hd.Vr + tau * Np + o), acc);
+            u[c] = acc;
+        }
+#pragma GCC unroll 8
+        for (int c = C - 1; c > 0; --c) { /* in place, from the last: u[tau < c] still W */
+            T acc = u[c];
+#pragma GCC unroll 8
+            for (int tau = 0; tau < c; ++tau) acc = V::fma(V::bcast_mem(L + c * C + tau), u[tau], acc);
+            u[c] = acc;
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) V::store(bk.X + c * Np + o, u[c]);
+        if (want_y) {
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) {
+                T acc = V::load(bk.Z + c * Np + o);
+#pragma GCC unroll 8
+                for (int tau = 0; tau <= c; ++tau) {
+                    acc = V::fma(V::bcast_mem(bk.rb + c * C + tau), u[tau], acc);
+                    acc = V::fma(V::bcast_mem(bk.rk + c * C + tau), V::load(hd.Vr + tau * Np + o), acc);
+                }
+                V::store(yrows + c * Np + o, acc);
+            }
+        }
+    }
+
+    /* 5. the exit state: St[j] = P_C[j] (St[j] + sum_tau B[tau][j] U_tau + K[tau][j] V_tau),
+     *    4 keys by 2 value vectors at a time, the next block's rows fetched meanwhile */
+    constexpr int kTiles = (int)(Np / 4) * (NV / 2);
+    const int per_tile = (pf.total() + kTiles - 1) / kTiles;
+    for (int64_t j = 0; j < Np; j += 4) {
+        for (int iv = 0; iv < NV; iv += 2) {
+            pf.issue(per_tile);
+            const int64_t o = (int64_t)iv * W;
+            T s[4][2];
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; ++q) {
+                s[q][0] = V::load(St + (j + q) * Np + o);
+                s[q][1] = V::load(St + (j + q) * Np + o + W);
+            }
+#pragma GCC unroll 8
+            for (int tau = 0; tau < C; ++tau) {
+                const T u0 = V::load(bk.X + tau * Np + o), u1 = V::load(bk.X + tau * Np + o + W);
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; ++q) {
+                    const T bj = V::bcast_mem(hd.B + tau * Np + j + q);
+                    s[q][0] = V::fma(bj, u0, s[q][0]);
+                    s[q][1] = V::fma(bj, u1, s[q][1]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int tau = 0; tau < C; ++tau) {
+                const T v0 = V::load(hd.Vr + tau * Np + o), v1 = V::load(hd.Vr + tau * Np + o + W);
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; ++q) {
+                    const T kj = V::bcast_mem(hd.K + tau * Np + j + q);
+                    s[q][0] = V::fma(kj, v0, s[q][0]);
+                    s[q][1] = V::fma(kj, v1, s[q][1]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; ++q) {
+                const T pj = V::bcast_mem(hd.P + j + q);
+                V::store(St + (j + q) * Np + o, V::mul(s[q][0], pj));
+                V::store(St + (j + q) * Np + o + W, V::mul(s[q][1], pj));
+            }
+        }
+    }
+    return true;
+}
+
+/* Tokens t .. t + kBlock - 1 of the nh heads h0.. of sequence row `batch`, head g's state at
+ * St0 + g Np^2 (transposed): the rows read token-major over the group (each token's rows of
+ * the group adjacent in the tensors), then each head's block; a head whose block left the
+ * range is stepped token by token. y of head g into ys + g kBlock Np (ys NULL: none). t_end:
+ * the end of the walk (the next block, if whole, is prefetched). bs:
+ * block_scratch_floats(Np, nh). */
+template <int NV>
+void advance_group7(float* St0, int64_t nh, const wkv_problem* p, int64_t batch, int64_t t,
+                    int64_t t_end, int64_t h0, float* bs, float* ys) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
+    const bool want_y = ys != nullptr;
+    const Block7 bk = carve_block7(bs, Np);
+    for (int c = 0; c < kBlock; ++c)
+        for (int64_t g = 0; g < nh; ++g) {
+            const Inputs7 in = load_inputs7(p, batch, t + c, h0 + g, Np, want_y, bk.x, nullptr);
+            prepare_token7<NV>(in, c, head_block7(bk, g, Np), want_y);
+        }
+    for (int64_t g = 0; g < nh; ++g) {
+        float* St = St0 + g * Np * Np;
+        float* y = want_y ? ys + g * kBlock * Np : nullptr;
+        RowPrefetch pf;
+        if (t + 2 * kBlock <= t_end) {
+            const wkv_view* views[] = {&p->r, &p->w, &p->k, &p->v, &p->a, &p->b};
+            for (int c = 0; c < kBlock; ++c)
+                for (const wkv_view* v : views)
+                    if (want_y || v != &p->r) pf.add(*v, batch, t + kBlock + c, h0 + g, p->N);
+        }
+        if (advance_prepared7<NV>(St, head_block7(bk, g, Np), bk, y, pf)) continue;
+        for (int c = 0; c < kBlock; ++c) { /* token by token, the rows read again */
+            const Inputs7 in = load_inputs7(p, batch, t + c, h0 + g, Np, want_y, bk.x, nullptr);
+            step_transposed<NV>(St, Np, in.decay, in.k, in.v, in.a, in.b, in.r,
+                                want_y ? y + c * Np : nullptr);
+        }
+    }
+}
+
+/* Whether an item of len tokens walks its state in blocks (NV: N = 32, 64 or 128). The
+ * forward, the saving forward and the checkpoint pass decide alike. */
+/* Opt-in (WKV_RWKV7_BLOCK=1, read once per process): measured at parity with the step on an
+ * AVX-512 Xeon, AVX2 and AVX-512 paths alike (NOTES.md, step 43); kept, tested, for machines
+ * whose step runs further from its FMA bound (Zen 3) to measure. */
+inline bool blocks_enabled7() noexcept {
+    static const bool on = [] {
+        const char* e = std::getenv("WKV_RWKV7_BLOCK");
+        return e && e[0] == '1' && e[1] == 0;
+    }();
+    return on;
+}
+template <int NV>
+inline bool walks_blocks7(int64_t len) noexcept {
+    return NV != 0 && NV % 2 == 0 && len >= kBlockMinLen && blocks_enabled7();
+}
+
+/* forward_item7 for an item that walks_blocks7: the group's states transposed into scratch,
+ * whole blocks token-major over the group (each head's block, then the group's y rows of the
+ * block token by token, so each token's rows of the group go out as one run), the last
+ * len % kBlock tokens one at a time; checkpoints (save) fall on block ends. */
+template <int NV>
+void forward_item7_blocks(const wkv_problem* p, int64_t G, int64_t item, float* scratch,
+                          const BackwardJob* save) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
+    constexpr int64_t n2 = Np * Np;
+    const int64_t H = p->H, N = p->N;
+    const int64_t groups = (H + G - 1) / G;
+    const int64_t s = item / groups, h0 = item % groups * G;
+    const int64_t nh = h0 + G < H ? G : H - h0;
+    int64_t batch, t0, t1;
+    wkv_problem_sequence(p, s, &batch, &t0, &t1);
+    const int64_t len = t1 - t0, nseg = segment_count(len, K7);
+
+    float* bs = scratch + G * n2;
+    float* ys = bs + block_scratch_floats(Np, G); /* G x kBlock y rows */
+    const Rows7 x = carve_rows7(bs, Np);
+    float* ck[kMaxGroup];
+    for (int64_t g = 0; g < nh; ++g) {
+        float* St = scratch + g * n2;
+        const int64_t h = h0 + g;
+        ck[g] = save ? save->ckpt + ((size_t)save->first_segment(s) * (size_t)H +
+                                     (size_t)h * (size_t)nseg) * (size_t)n2
+                     : nullptr;
+        if (ck[g]) {
+            state_in_padded(p->state_in, s, h, N, Np, ck[g]); /* as the checkpoint pass does */
+            transpose_copy(ck[g], St, Np);
+        } else {
+            state_in_padded(p->state_in, s, h, N, Np, St);
+            transpose_in_place(St, Np);
+        }
+    }
+
+    const bool want_y = view_present(p->y);
+    const bool stream_y = stream_gradients(p); /* y as large as a gradient that is streamed */
+    const int64_t blocks = len / kBlock;
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+        const int64_t t = t0 + bi * kBlock;
+        advance_group7<NV>(scratch, nh, p, batch, t, t1, h0, bs, want_y ? ys : nullptr);
+        if (want_y)
+            for (int c = 0; c < kBlock; ++c)
+                for (int64_t g = 0; g < nh; ++g)
+                    token_grad_out(stream_y, p->y, batch, t + c, h0 + g, N,
+                                   ys + (g * kBlock + c) * Np);
+        const int64_t done = t + kBlock - t0;
+        if (save && done % K7 == 0 && done < len)
+            for (int64_t g = 0; g < nh; ++g)
+                transpose_copy(scratch + g * n2, ck[g] + (done / K7) * n2, Np);
+    }
+    for (int64_t t = t0 + blocks * kBlock; t < t1; ++t)
+        for (int64_t g = 0; g < nh; ++g) {
+            const Inputs7 in = load_inputs7(p, batch, t, h0 + g, Np, want_y, x, nullptr);
+            step_transposed<NV>(scratch + g * n2, Np, in.decay, in.k, in.v, in.a, in.b, in.r,
+                                want_y ? x.y : nullptr);
+            if (want_y) token_out(p->y, batch, t, h0 + g, N, x.y);
+        }
+    for (int64_t g = 0; g < nh; ++g) {
+        float* St = scratch + g * n2;
+        transpose_in_place(St, Np);
+        state_out_padded(p->state_out, s, h0 + g, N, Np, St);
+    }
+    V::stream_fence(); /* y's non-temporal stores, before the item counts as done */
+}
