@@ -242,7 +242,7 @@ bool advance_prepared7(float* St, const Head7& hd, const Block7& bk, float* yrow
     const bool want_y = yrows != nullptr;
     for (int l = 0; l < W; ++l)
         if (hd.bad[l] != 0.0f) return false;
-    /* 2. the C x C dot products (row t: tau < t for Aab / Aak, tau <= t for Arb / Ark; the
+    /* 1. the C x C dot products (row t: tau < t for Aab / Aak, tau <= t for Arb / Ark; the
      *    rest of each group of 4 is computed and never read) and L = (I - Aab)^-1 */
     for (int c = 0; c < C; ++c)
         for (int g = 0; g < C; g += 4) {
@@ -264,13 +264,13 @@ bool advance_prepared7(float* St, const Head7& hd, const Block7& bk, float* yrow
         }
     }
 
-    /* 3. X = St^T A (and Z = St^T R) */
+    /* 2. X = St^T A (and Z = St^T R) */
     for (int g = 0; g < C; g += 4) {
         block_products<NV>(St, hd.A + g * Np, bk.X + g * Np);
         if (want_y) block_products<NV>(St, hd.R + g * Np, bk.Z + g * Np);
     }
 
-    /* 4. per value vector: W = X + Aak V; U = L W (into X's rows); Y = Z + Arb U + Ark V */
+    /* 3. per value vector: W = X + Aak V; U = L W (into X's rows); Y = Z + Arb U + Ark V */
 #pragma GCC unroll 2
     for (int q = 0; q < NV; ++q) {
         const int64_t o = (int64_t)q * W;
@@ -306,7 +306,7 @@ bool advance_prepared7(float* St, const Head7& hd, const Block7& bk, float* yrow
         }
     }
 
-    /* 5. the exit state: St[j] = P_C[j] (St[j] + sum_tau B[tau][j] U_tau + K[tau][j] V_tau),
+    /* 4. the exit state: St[j] = P_C[j] (St[j] + sum_tau B[tau][j] U_tau + K[tau][j] V_tau),
      *    4 keys by 2 value vectors at a time, the next block's rows fetched meanwhile */
     constexpr int kTiles = (int)(Np / 4) * (NV / 2);
     const int per_tile = (pf.total() + kTiles - 1) / kTiles;
@@ -387,11 +387,9 @@ void advance_group7(float* St0, int64_t nh, const wkv_problem* p, int64_t batch,
     }
 }
 
-/* Whether an item of len tokens walks its state in blocks (NV: N = 32, 64 or 128). The
- * forward, the saving forward and the checkpoint pass decide alike. */
-/* Opt-in (WKV_RWKV7_BLOCK=1, read once per process): measured at parity with the step on an
- * AVX-512 Xeon, AVX2 and AVX-512 paths alike (NOTES.md, step 43); kept, tested, for machines
- * whose step runs further from its FMA bound (Zen 3) to measure. */
+/* Whether the block form is on: opt-in (WKV_RWKV7_BLOCK=1, read once per process), measured
+ * at parity with the step on two AVX-512 Xeons, AVX2 and AVX-512 paths alike (NOTES.md, step
+ * 43); kept, and tested, for machines whose step runs further from its FMA bound (Zen 3). */
 inline bool blocks_enabled7() noexcept {
     static const bool on = [] {
         const char* e = std::getenv("WKV_RWKV7_BLOCK");
@@ -399,6 +397,8 @@ inline bool blocks_enabled7() noexcept {
     }();
     return on;
 }
+/* Whether an item of len tokens walks its state in blocks (NV: N = 32, 64 or 128). The
+ * forward, the saving forward and the checkpoint pass decide alike. */
 template <int NV>
 inline bool walks_blocks7(int64_t len) noexcept {
     return NV != 0 && NV % 2 == 0 && len >= kBlockMinLen && blocks_enabled7();
