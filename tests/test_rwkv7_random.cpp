@@ -544,9 +544,10 @@ TEST_CASE("rwkv7 random: in-place state (state_out is state_in)") {
 }
 
 TEST_CASE("rwkv7 random: decays near zero and zero (the CPU's blocks walked token by token)") {
-    // With WKV_RWKV7_BLOCK=1 (ctest's wkv_tests_rwkv7_block_*) the vector paths walk sequences
-    // of 16 tokens or more in blocks of 8, dividing by the block's running decay products; a block whose products leave [1e-20, 1e20] is stepped
-    // token by token (backends/cpu/rwkv7_block.inl). Here blocks 1 and 3 of each sequence get
+    // With WKV_RWKV7_WALK=blocks (ctest's wkv_tests_rwkv7_blocks_*) the vector paths walk
+    // sequences of 16 tokens or more in blocks of 8, dividing by the block's running decay
+    // products; a block whose products leave [1e-20, 1e20] is stepped token by token
+    // (backends/cpu/rwkv7_transposed.inl). Here blocks 1 and 3 of each sequence get
     // decays of 1e-4 and exact zeros (products far below 1e-20), the others ordinary ones, and
     // 37 tokens leave a tail of 5; every output and gradient against the reference.
     WKV_SEED_INFO();

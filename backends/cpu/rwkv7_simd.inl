@@ -12,12 +12,13 @@
  * the decay computed per token by vexp (decay_rows). N = 32, 64, 128 (padded) have
  * compile-time row lengths; other N run the same code with a run-time length.
  *
- * With WKV_RWKV7_BLOCK=1, items of kBlockMinLen tokens or more at N = 32 / 64 / 128 walk blocks
- * of tokens instead (rwkv7_block.inl).
+ * Items of kTransposedMinLen tokens or more at N = 32 / 64 / 128 walk a transposed state
+ * instead (rwkv7_transposed.inl: one pass per token, no horizontal sums), unless
+ * WKV_RWKV7_WALK=rows.
  *
- * Forward scratch per chunk: G Np^2 + 8 Np floats (states; r w k v a b decay y rows); with the
- * blocks on, G Np^2 + block_scratch_floats(Np, G) + G kBlock Np (the token rows and a block's
- * scratch; the group's y rows of a block). */
+ * Forward scratch per chunk: G Np^2 + 8 Np floats (states; r w k v a b decay y rows); on a
+ * transposed walk, G Np^2 + walk_scratch_floats (the token rows and the walk's rows), plus
+ * G kBlock Np for the block walk (the group's y rows of a block). */
 
 #ifndef WKV_RWKV7_ROWS
 #define WKV_RWKV7_ROWS 4
@@ -175,15 +176,16 @@ int64_t forward_group7(const wkv_problem* p, int64_t threads) {
 #endif
 }
 
-#include "rwkv7_block.inl"
+#include "rwkv7_transposed.inl"
 
 uint64_t forward_chunk_floats7(const wkv_problem* p, int64_t group, CheckedSize& c) {
     const uint64_t Np = (uint64_t)padded(p->N), G = (uint64_t)group;
     const uint64_t states = c.mul(G, c.mul(Np, Np));
-    if (!blocks_enabled7()) return c.add(states, c.mul(8, Np));
-    /* the token rows and a block's scratch; the group's y rows of a block */
-    return c.add(c.add(states, (uint64_t)block_scratch_floats((int64_t)Np, group)),
-                 c.mul(G, c.mul((uint64_t)kBlock, Np)));
+    const Walk7 walk = walk_setting7();
+    if (walk == Walk7::rows) return c.add(states, c.mul(8, Np));
+    /* the walk's scratch (with the token rows); the blocks' y rows of the group */
+    const uint64_t ws = (uint64_t)walk_scratch_floats(walk, (int64_t)Np, group);
+    return c.add(c.add(states, ws), walk == Walk7::blocks ? c.mul(G, c.mul((uint64_t)kBlock, Np)) : 0);
 }
 
 template <int NV>
@@ -198,8 +200,9 @@ void forward_item7_nv(const wkv_problem* p, int64_t G, int64_t item, float* scra
     int64_t batch, t0, t1;
     wkv_problem_sequence(p, s, &batch, &t0, &t1);
     if constexpr (NV != 0) {
-        if (walks_blocks7<NV>(t1 - t0)) {
-            forward_item7_blocks<NV>(p, G, item, scratch, save);
+        const Walk7 walk = walk7<NV>(t1 - t0);
+        if (walk != Walk7::rows) {
+            forward_item7_transposed<NV>(walk, p, G, item, scratch, save);
             return;
         }
     }
@@ -600,18 +603,18 @@ void backward_item7_nv(const BackwardJob* job, int64_t item, float* scratch) noe
      *    group (each head runs in place in replay[j]; nseg > 1 means R = K >= G) */
     const int64_t pass = p->reuse_checkpoints ? 0 : nseg; /* reuse: the forward saved them */
     for (int64_t j = 0; j < nh && pass; ++j) state_in_padded(p->state_in, s, h0 + j, N, Np, ck(j, 0));
-    const bool blocks = walks_blocks7<NV>(len); /* as the forward walks it (rwkv7_block.inl) */
+    const Walk7 walk = walk7<NV>(len); /* as the forward walks it (rwkv7_transposed.inl) */
+    const bool rows = walk == Walk7::rows;
     if constexpr (NV != 0) {
-        for (int64_t j = 0; j < nh && pass && blocks; ++j)
+        for (int64_t j = 0; j < nh && pass && !rows; ++j)
             transpose_copy(ck(j, 0), replay + (size_t)j * n2, Np);
-        for (int64_t g = 0; g + 1 < pass && blocks; ++g) {
-            for (int64_t u = 0; u < K7; u += kBlock)
-                advance_group7<NV>(replay, nh, p, batch, t0 + g * K7 + u, t0 + (g + 1) * K7, h0,
-                                   rec(0, 0), nullptr);
+        for (int64_t g = 0; g + 1 < pass && !rows; ++g) {
+            walk_transposed7<NV>(walk, replay, nh, p, batch, t0 + g * K7, t0 + (g + 1) * K7, t1, h0,
+                                 rec(0, 0), false, false, g > 0);
             for (int64_t j = 0; j < nh; ++j) transpose_copy(replay + (size_t)j * n2, ck(j, g + 1), Np);
         }
     }
-    for (int64_t g = 0; g + 1 < pass && !blocks; ++g) {
+    for (int64_t g = 0; g + 1 < pass && rows; ++g) {
         for (int64_t u = 0; u < K7; ++u) {
             const int64_t t = t0 + g * K7 + u;
             for (int64_t j = 0; j < nh; ++j) {

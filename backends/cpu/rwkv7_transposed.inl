@@ -1,16 +1,20 @@
-/* The RWKV-7 state walked in blocks of kBlock tokens (the chunked, "WY" form), on a transposed
- * state. Included by rwkv7_simd.inl after step_rows; used by the forward (with or without y,
- * saving checkpoints or not) and by the backward's checkpoint pass, for N = 32 / 64 / 128 and
- * sequences of kBlockMinLen tokens or more. Why: the token-by-token step reads and writes the
- * whole state per token and sums every row horizontally; here the state is read twice and
- * written once per block, by register-blocked products whose sums all run down the lanes
- * (NOTES.md, step 43). Off unless WKV_RWKV7_BLOCK=1 (blocks_enabled7).
+/* The RWKV-7 state walked on a transposed state. Included by rwkv7_simd.inl after step_rows;
+ * used by the forward (with or without y, saving checkpoints or not) and by the backward's
+ * checkpoint pass, for N = 32 / 64 / 128 and sequences of kTransposedMinLen tokens or more
+ * (walk7). Two walks (NOTES.md, steps 43-44):
+ *   - FUSED (the default): token by token, one pass over the state per token (step_fused7),
+ *     which also sums the next token's u = S a from the state it has just written, so no sum
+ *     runs across the lanes and the state is read once per token, where step_rows reads it
+ *     twice and reduces every row horizontally twice.
+ *   - BLOCKS (WKV_RWKV7_WALK=blocks): blocks of kBlock tokens in the chunked ("WY") form below;
+ *     measured at parity with step_rows on two Xeons and on a Zen 4, so not the default.
+ * WKV_RWKV7_WALK=rows keeps every sequence on step_rows (for measuring and testing it).
  *
  * LAYOUT. The state is kept transposed, St[j][i] = S[i][j] (key j's row of Np floats holds
  * every value row i), so a block's per-token vectors are the token rows as they come (v, and
  * what is computed from r, k, a, b and the decays) and each per-key factor is a broadcast.
  *
- * MATH. Row i of S, s (over keys j), for tokens t = 1..C of a block, s_0 = the entry state:
+ * BLOCK MATH. Row i of S, s (over keys j), for tokens t = 1..C of a block, s_0 = the entry state:
  *     u_t = s_{t-1} . a_t        s_t = s_{t-1} o w_t + u_t b_t + v_t k_t        y_t = s_t . r_t
  * With P_t = w_1 o ... o w_t (elementwise, P_0 = 1) and the token vectors
  *     at_t = P_{t-1} o a_t     rt_t = P_t o r_t     bh_t = b_t / P_t     kh_t = k_t / P_t
@@ -28,15 +32,19 @@
  * state slice in registers across 4 tokens or 4 keys.
  *
  * RANGE. bh and kh divide by P_t: a block whose running products leave [kBlockLo, kBlockHi]
- * (tiny or zero decays, non-finite decays) is walked token by token instead (step_transposed,
- * the step's math on St), so such decays cost speed, never accuracy. Which blocks are walked
- * which way depends only on the inputs, so the forward, the saving forward and the backward's
- * checkpoint pass make the same states bit for bit. */
+ * (tiny or zero decays, non-finite decays) is walked token by token instead (step_fused7), so
+ * such decays cost speed, never accuracy. Which tokens are walked which way depends only on
+ * the inputs and the walk, so the forward, the saving forward and the backward's checkpoint
+ * pass make the same states bit for bit. */
 
 constexpr int kBlock = 8; /* C: tokens per block */
-constexpr int64_t kBlockMinLen = 2 * kBlock;
+constexpr int64_t kTransposedMinLen = 2 * kBlock; /* shorter: step_rows (the transposes cost) */
 constexpr float kBlockLo = 1e-20f, kBlockHi = 1e20f;
 constexpr int kCC = kBlock * kBlock;
+#ifndef WKV_FUSED_CHUNK
+#define WKV_FUSED_CHUNK 2
+#endif
+constexpr int kFusedChunk = WKV_FUSED_CHUNK; /* value vectors per pass of step_fused7 */
 
 /* Block scratch (Np floats per row): carve_rows7's 8 token rows; X and Z (kBlock rows each);
  * the C x C matrices Aab Aak Arb Ark L (kCC floats each); then per head of the group its
@@ -125,13 +133,54 @@ inline void transpose_copy(const float* src, float* dst, int64_t Np) noexcept {
                 for (int64_t j = jb; j < jb + kTile && j < Np; ++j) dst[j * Np + i] = src[i * Np + j];
 }
 
-/* One token on the transposed state: u = St^T a, then St[j] = St[j] w_j + b_j u + k_j v and
- * y = St^T r (y may be NULL). Value vectors two at a time. */
+/* One token on the transposed state in a single pass, fused with the next token's u:
+ * St[j] = St[j] w_j + b_j u + k_j v, then y += r_j St[j] (kY) and un += an_j St[j] (kN), value
+ * vectors CH at a time (u, v, y and un of the CH vectors stay in registers across the keys).
+ * un may be u (each CH-vector slice of u is read before its slice of un is written). The same
+ * keys summed in the same order as transposed_product's, so a u carried from the previous token
+ * and one made afresh are the same bits. */
+template <int NV, int CH, bool kY, bool kN>
+WKV_SIMD_INLINE void step_fused7(float* St, const float* __restrict decay,
+                                 const float* __restrict k, const float* __restrict v,
+                                 const float* __restrict b, const float* __restrict r, float* y,
+                                 const float* u, const float* __restrict an, float* un) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
+    static_assert(NV % CH == 0, "CH divides NV");
+    for (int iv = 0; iv < NV; iv += CH) {
+        const int64_t o = (int64_t)iv * W;
+        T uu[CH], vv[CH], yy[CH], nn[CH];
+#pragma GCC unroll 8
+        for (int c = 0; c < CH; ++c) {
+            uu[c] = V::load(u + o + c * W);
+            vv[c] = V::load(v + o + c * W);
+            yy[c] = nn[c] = V::zero();
+        }
+#pragma GCC unroll 2
+        for (int64_t j = 0; j < Np; ++j) {
+            float* sj = St + j * Np + o;
+            const T wj = V::bcast_mem(decay + j), bj = V::bcast_mem(b + j), kj = V::bcast_mem(k + j);
+            const T rj = kY ? V::bcast_mem(r + j) : V::zero();
+            const T aj = kN ? V::bcast_mem(an + j) : V::zero();
+#pragma GCC unroll 8
+            for (int c = 0; c < CH; ++c) {
+                const T x = V::fma(kj, vv[c], V::fma(bj, uu[c], V::mul(V::load(sj + c * W), wj)));
+                V::store(sj + c * W, x);
+                if (kY) yy[c] = V::fma(rj, x, yy[c]);
+                if (kN) nn[c] = V::fma(aj, x, nn[c]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < CH; ++c) {
+            if (kY) V::store(y + o + c * W, yy[c]);
+            if (kN) V::store(un + o + c * W, nn[c]);
+        }
+    }
+}
+
+/* u = St^T a (one pass). */
 template <int NV>
-inline void step_transposed(float* St, int64_t Np, const float* __restrict decay,
-                            const float* __restrict k, const float* __restrict v,
-                            const float* __restrict a, const float* __restrict b,
-                            const float* __restrict r, float* y) noexcept {
+inline void transposed_product(const float* St, const float* __restrict a, float* u) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
     for (int iv = 0; iv < NV; iv += 2) {
         const int64_t o = (int64_t)iv * W;
         T u0 = V::zero(), u1 = V::zero();
@@ -140,26 +189,22 @@ inline void step_transposed(float* St, int64_t Np, const float* __restrict decay
             u0 = V::fma(aj, V::load(St + j * Np + o), u0);
             u1 = V::fma(aj, V::load(St + j * Np + o + W), u1);
         }
-        const T v0 = V::load(v + o), v1 = V::load(v + o + W);
-        T y0 = V::zero(), y1 = V::zero();
-        for (int64_t j = 0; j < Np; ++j) {
-            float* sj = St + j * Np + o;
-            const T wj = V::bcast_mem(decay + j), bj = V::bcast_mem(b + j), kj = V::bcast_mem(k + j);
-            const T s0 = V::fma(kj, v0, V::fma(bj, u0, V::mul(V::load(sj), wj)));
-            const T s1 = V::fma(kj, v1, V::fma(bj, u1, V::mul(V::load(sj + W), wj)));
-            V::store(sj, s0);
-            V::store(sj + W, s1);
-            if (y) {
-                const T rj = V::bcast_mem(r + j);
-                y0 = V::fma(rj, s0, y0);
-                y1 = V::fma(rj, s1, y1);
-            }
-        }
-        if (y) {
-            V::store(y + o, y0);
-            V::store(y + o + W, y1);
-        }
+        V::store(u + o, u0);
+        V::store(u + o + W, u1);
     }
+}
+
+/* One token alone (u made afresh into u_row): the fallback of a block whose products left the
+ * range, and the block walk's tail. */
+template <int NV>
+inline void step_alone7(float* St, const Inputs7& in, float* u_row, float* y) noexcept {
+    constexpr int CH = kFusedChunk < NV ? kFusedChunk : NV;
+    transposed_product<NV>(St, in.a, u_row);
+    if (y)
+        step_fused7<NV, CH, true, false>(St, in.decay, in.k, in.v, in.b, in.r, y, u_row, nullptr, nullptr);
+    else
+        step_fused7<NV, CH, false, false>(St, in.decay, in.k, in.v, in.b, nullptr, nullptr, u_row,
+                                          nullptr, nullptr);
 }
 
 /* out[q] = St^T m[q] for the 4 token rows m[0..3] (rows Np apart) into out[0..3]. */
@@ -381,36 +426,117 @@ void advance_group7(float* St0, int64_t nh, const wkv_problem* p, int64_t batch,
         if (advance_prepared7<NV>(St, head_block7(bk, g, Np), bk, y, pf)) continue;
         for (int c = 0; c < kBlock; ++c) { /* token by token, the rows read again */
             const Inputs7 in = load_inputs7(p, batch, t + c, h0 + g, Np, want_y, bk.x, nullptr);
-            step_transposed<NV>(St, Np, in.decay, in.k, in.v, in.a, in.b, in.r,
-                                want_y ? y + c * Np : nullptr);
+            step_alone7<NV>(St, in, bk.X, want_y ? y + c * Np : nullptr);
         }
     }
 }
 
-/* Whether the block form is on: opt-in (WKV_RWKV7_BLOCK=1, read once per process), measured
- * at parity with the step on two AVX-512 Xeons, AVX2 and AVX-512 paths alike (NOTES.md, step
- * 43); kept, and tested, for machines whose step runs further from its FMA bound (Zen 3). */
-inline bool blocks_enabled7() noexcept {
-    static const bool on = [] {
-        const char* e = std::getenv("WKV_RWKV7_BLOCK");
-        return e && e[0] == '1' && e[1] == 0;
+/* Which walk: WKV_RWKV7_WALK = fused (the default), blocks or rows, read once per process. */
+enum class Walk7 { rows, fused, blocks };
+inline Walk7 walk_setting7() noexcept {
+    static const Walk7 w = [] {
+        const char* e = std::getenv("WKV_RWKV7_WALK");
+        if (e && std::strcmp(e, "rows") == 0) return Walk7::rows;
+        if (e && std::strcmp(e, "blocks") == 0) return Walk7::blocks;
+        return Walk7::fused;
     }();
-    return on;
+    return w;
 }
-/* Whether an item of len tokens walks its state in blocks (NV: N = 32, 64 or 128). The
- * forward, the saving forward and the checkpoint pass decide alike. */
+/* The walk of an item of len tokens (NV: N = 32, 64 or 128; 0, another N: rows). The forward,
+ * the saving forward and the checkpoint pass decide alike. */
 template <int NV>
-inline bool walks_blocks7(int64_t len) noexcept {
-    return NV != 0 && NV % 2 == 0 && len >= kBlockMinLen && blocks_enabled7();
+inline Walk7 walk7(int64_t len) noexcept {
+    if (NV == 0 || NV % 2 != 0 || len < kTransposedMinLen) return Walk7::rows;
+    return walk_setting7();
 }
 
-/* forward_item7 for an item that walks_blocks7: the group's states transposed into scratch,
- * whole blocks token-major over the group (each head's block, then the group's y rows of the
- * block token by token, so each token's rows of the group go out as one run), the last
- * len % kBlock tokens one at a time; checkpoints (save) fall on block ends. */
+/* Scratch of a transposed walk over a group of G heads (floats): the fused walk's carve_rows7
+ * rows and per head its u and next-a rows, or the block walk's block_scratch_floats. */
+inline int64_t walk_scratch_floats(Walk7 walk, int64_t Np, int64_t G) noexcept {
+    return walk == Walk7::blocks ? block_scratch_floats(Np, G) : (8 + 2 * G) * Np;
+}
+
+/* Tokens [t, t_end) of the nh heads h0.. of sequence row `batch` on their transposed states
+ * (head g's at St0 + g Np^2), token by token, token-major over the group; y out to p->y
+ * (want_y; streamed: stream_y). t_last: the item's last token + 1 (the walk sums u for token
+ * t_end when t_end < t_last); u_ready: the previous walk on these states left u for token t in
+ * the u rows. ws: walk_scratch_floats(fused, Np, nh). */
 template <int NV>
-void forward_item7_blocks(const wkv_problem* p, int64_t G, int64_t item, float* scratch,
-                          const BackwardJob* save) noexcept {
+void walk_fused7(float* St0, int64_t nh, const wkv_problem* p, int64_t batch, int64_t t,
+                 int64_t t_end, int64_t t_last, int64_t h0, float* ws, bool want_y, bool stream_y,
+                 bool u_ready) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
+    constexpr int CH = kFusedChunk < NV ? kFusedChunk : NV;
+    const int64_t N = p->N;
+    const Rows7 x = carve_rows7(ws, Np);
+    float* const rows = ws + 8 * Np; /* head g: u at rows + 2 g Np, next a after it */
+    for (int64_t g = 0; g < nh && !u_ready; ++g)
+        transposed_product<NV>(St0 + g * Np * Np,
+                               token_in(p->a, batch, t, h0 + g, N, Np, rows + (2 * g + 1) * Np),
+                               rows + 2 * g * Np);
+    for (; t < t_end; ++t) {
+        const bool next = t + 1 < t_last;
+        for (int64_t g = 0; g < nh; ++g) {
+            float* St = St0 + g * Np * Np;
+            float* u = rows + 2 * g * Np;
+            const Inputs7 in = load_inputs7(p, batch, t, h0 + g, Np, want_y, x, nullptr);
+            const float* an = next ? token_in(p->a, batch, t + 1, h0 + g, N, Np, u + Np) : nullptr;
+            if (want_y && next)
+                step_fused7<NV, CH, true, true>(St, in.decay, in.k, in.v, in.b, in.r, x.y, u, an, u);
+            else if (want_y)
+                step_fused7<NV, CH, true, false>(St, in.decay, in.k, in.v, in.b, in.r, x.y, u, an, u);
+            else if (next)
+                step_fused7<NV, CH, false, true>(St, in.decay, in.k, in.v, in.b, in.r, x.y, u, an, u);
+            else
+                step_fused7<NV, CH, false, false>(St, in.decay, in.k, in.v, in.b, in.r, x.y, u, an, u);
+            if (want_y) token_grad_out(stream_y, p->y, batch, t, h0 + g, N, x.y);
+        }
+    }
+}
+
+/* Tokens [t, t_end) in blocks (advance_group7), the last (t_end - t) % kBlock one at a time;
+ * y of the group as walk_fused7. ys: the group's y rows of a block (nh kBlock Np floats). */
+template <int NV>
+void walk_blocks7(float* St0, int64_t nh, const wkv_problem* p, int64_t batch, int64_t t,
+                  int64_t t_end, int64_t t_last, int64_t h0, float* bs, float* ys, bool want_y,
+                  bool stream_y) noexcept {
+    constexpr int64_t Np = (int64_t)NV * W;
+    const int64_t N = p->N;
+    for (; t + kBlock <= t_end; t += kBlock) {
+        advance_group7<NV>(St0, nh, p, batch, t, t_last, h0, bs, want_y ? ys : nullptr);
+        if (want_y)
+            for (int c = 0; c < kBlock; ++c)
+                for (int64_t g = 0; g < nh; ++g)
+                    token_grad_out(stream_y, p->y, batch, t + c, h0 + g, N, ys + (g * kBlock + c) * Np);
+    }
+    const Block7 bk = carve_block7(bs, Np);
+    for (; t < t_end; ++t)
+        for (int64_t g = 0; g < nh; ++g) {
+            const Inputs7 in = load_inputs7(p, batch, t, h0 + g, Np, want_y, bk.x, nullptr);
+            step_alone7<NV>(St0 + g * Np * Np, in, bk.X, want_y ? bk.x.y : nullptr);
+            if (want_y) token_grad_out(stream_y, p->y, batch, t, h0 + g, N, bk.x.y);
+        }
+}
+
+/* Tokens [t, t_end) of the group by `walk` (fused or blocks); ws: walk_scratch_floats(walk, Np,
+ * nh) floats, then (blocks, want_y) the y rows. */
+template <int NV>
+void walk_transposed7(Walk7 walk, float* St0, int64_t nh, const wkv_problem* p, int64_t batch,
+                      int64_t t, int64_t t_end, int64_t t_last, int64_t h0, float* ws, bool want_y,
+                      bool stream_y, bool u_ready) noexcept {
+    if (walk == Walk7::fused)
+        walk_fused7<NV>(St0, nh, p, batch, t, t_end, t_last, h0, ws, want_y, stream_y, u_ready);
+    else
+        walk_blocks7<NV>(St0, nh, p, batch, t, t_end, t_last, h0, ws,
+                         ws + walk_scratch_floats(walk, (int64_t)NV * W, nh), want_y, stream_y);
+}
+
+/* forward_item7 for an item whose walk7 is not rows: the group's states transposed into
+ * scratch, walked a segment of K7 tokens at a time when saving checkpoints (the same walk as
+ * the checkpoint pass's), else all at once. */
+template <int NV>
+void forward_item7_transposed(Walk7 walk, const wkv_problem* p, int64_t G, int64_t item,
+                              float* scratch, const BackwardJob* save) noexcept {
     constexpr int64_t Np = (int64_t)NV * W;
     constexpr int64_t n2 = Np * Np;
     const int64_t H = p->H, N = p->N;
@@ -421,9 +547,6 @@ void forward_item7_blocks(const wkv_problem* p, int64_t G, int64_t item, float* 
     wkv_problem_sequence(p, s, &batch, &t0, &t1);
     const int64_t len = t1 - t0, nseg = segment_count(len, K7);
 
-    float* bs = scratch + G * n2;
-    float* ys = bs + block_scratch_floats(Np, G); /* G x kBlock y rows */
-    const Rows7 x = carve_rows7(bs, Np);
     float* ck[kMaxGroup];
     for (int64_t g = 0; g < nh; ++g) {
         float* St = scratch + g * n2;
@@ -442,27 +565,16 @@ void forward_item7_blocks(const wkv_problem* p, int64_t G, int64_t item, float* 
 
     const bool want_y = view_present(p->y);
     const bool stream_y = stream_gradients(p); /* y as large as a gradient that is streamed */
-    const int64_t blocks = len / kBlock;
-    for (int64_t bi = 0; bi < blocks; ++bi) {
-        const int64_t t = t0 + bi * kBlock;
-        advance_group7<NV>(scratch, nh, p, batch, t, t1, h0, bs, want_y ? ys : nullptr);
-        if (want_y)
-            for (int c = 0; c < kBlock; ++c)
-                for (int64_t g = 0; g < nh; ++g)
-                    token_grad_out(stream_y, p->y, batch, t + c, h0 + g, N,
-                                   ys + (g * kBlock + c) * Np);
-        const int64_t done = t + kBlock - t0;
-        if (save && done % K7 == 0 && done < len)
+    float* ws = scratch + G * n2;
+    const int64_t step = save ? K7 : len;
+    for (int64_t t = t0; t < t1; t += step) {
+        const int64_t t_end = t + step < t1 ? t + step : t1;
+        walk_transposed7<NV>(walk, scratch, nh, p, batch, t, t_end, t1, h0, ws, want_y, stream_y,
+                             t > t0);
+        if (save && t_end < t1)
             for (int64_t g = 0; g < nh; ++g)
-                transpose_copy(scratch + g * n2, ck[g] + (done / K7) * n2, Np);
+                transpose_copy(scratch + g * n2, ck[g] + ((t_end - t0) / K7) * n2, Np);
     }
-    for (int64_t t = t0 + blocks * kBlock; t < t1; ++t)
-        for (int64_t g = 0; g < nh; ++g) {
-            const Inputs7 in = load_inputs7(p, batch, t, h0 + g, Np, want_y, x, nullptr);
-            step_transposed<NV>(scratch + g * n2, Np, in.decay, in.k, in.v, in.a, in.b, in.r,
-                                want_y ? x.y : nullptr);
-            if (want_y) token_out(p->y, batch, t, h0 + g, N, x.y);
-        }
     for (int64_t g = 0; g < nh; ++g) {
         float* St = scratch + g * n2;
         transpose_in_place(St, Np);
