@@ -161,7 +161,12 @@ inline Inputs7 load_inputs7(const wkv_problem* p, int64_t batch, int64_t t, int6
     in.v = token_in(p->v, batch, t, h, N, Np, x.v);
     in.a = token_in(p->a, batch, t, h, N, Np, x.a);
     in.b = token_in(p->b, batch, t, h, N, Np, x.b);
-    decay_rows(p->decay_form, token_in(p->w, batch, t, h, N, Np, x.w), x.decay, ddw, Np);
+    const float* w = token_in(p->w, batch, t, h, N, Np, x.w);
+    if (p->decay_form == WKV_DECAY_DIRECT && !ddw) { /* the decays themselves: no copy */
+        in.decay = w;
+        return in;
+    }
+    decay_rows(p->decay_form, w, x.decay, ddw, Np);
     in.decay = x.decay;
     return in;
 }

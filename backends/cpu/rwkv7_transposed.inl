@@ -116,26 +116,42 @@ struct RowPrefetch {
     int total() const noexcept { return rows * lines_per_row; }
 };
 
-/* St = S^T for an Np x Np matrix in place, and dst = src^T (row strides Np). */
-inline void transpose_in_place(float* m, int64_t Np) noexcept {
-    for (int64_t i = 0; i < Np; ++i)
-        for (int64_t j = i + 1; j < Np; ++j) {
-            const float t = m[i * Np + j];
-            m[i * Np + j] = m[j * Np + i];
-            m[j * Np + i] = t;
-        }
+/* St = S^T for an Np x Np matrix in place, and dst = src^T (row strides Np), 4 x 4 tiles in
+ * registers (Np is a multiple of 4): a checkpoint of the saving forward and the checkpoint pass
+ * is one such copy every K7 tokens, which scalar copies made ~15% of the saving forward. */
+WKV_SIMD_INLINE void transpose_tile4(const float* src, int64_t ss, float* dst, int64_t ds) noexcept {
+    V::Q a = V::q_loadu(src), b = V::q_loadu(src + ss), c = V::q_loadu(src + 2 * ss),
+         d = V::q_loadu(src + 3 * ss);
+    V::q_transpose4(a, b, c, d);
+    V::q_storeu(dst, a);
+    V::q_storeu(dst + ds, b);
+    V::q_storeu(dst + 2 * ds, c);
+    V::q_storeu(dst + 3 * ds, d);
 }
 inline void transpose_copy(const float* src, float* dst, int64_t Np) noexcept {
-    constexpr int64_t kTile = 8;
-    for (int64_t ib = 0; ib < Np; ib += kTile)
-        for (int64_t jb = 0; jb < Np; jb += kTile)
-            for (int64_t i = ib; i < ib + kTile && i < Np; ++i)
-                for (int64_t j = jb; j < jb + kTile && j < Np; ++j) dst[j * Np + i] = src[i * Np + j];
+    for (int64_t i = 0; i < Np; i += 4)
+        for (int64_t j = 0; j < Np; j += 4) transpose_tile4(src + i * Np + j, Np, dst + j * Np + i, Np);
+}
+inline void transpose_in_place(float* m, int64_t Np) noexcept {
+    alignas(16) float tile[16];
+    for (int64_t i = 0; i < Np; i += 4) {
+        float* d = m + i * Np + i; /* the diagonal tile, through tile */
+        transpose_tile4(d, Np, tile, 4);
+        for (int r = 0; r < 4; ++r) V::q_storeu(d + r * Np, V::q_loadu(tile + 4 * r));
+        for (int64_t j = i + 4; j < Np; j += 4) { /* tiles (i, j) and (j, i) swapped */
+            float* x = m + i * Np + j;
+            float* y = m + j * Np + i;
+            transpose_tile4(x, Np, tile, 4); /* x^T aside */
+            transpose_tile4(y, Np, x, Np);   /* y^T into x */
+            for (int r = 0; r < 4; ++r) V::q_storeu(y + r * Np, V::q_loadu(tile + 4 * r));
+        }
+    }
 }
 
 /* One token on the transposed state in a single pass, fused with the next token's u:
  * St[j] = St[j] w_j + b_j u + k_j v, then y += r_j St[j] (kY) and un += an_j St[j] (kN), value
- * vectors CH at a time (u, v, y and un of the CH vectors stay in registers across the keys).
+ * vectors CH at a time (u, v, y and un of the CH vectors stay in registers across the keys); y
+ * stored non-temporally when stream_y.
  * un may be u (each CH-vector slice of u is read before its slice of un is written). The same
  * keys summed in the same order as transposed_product's, so a u carried from the previous token
  * and one made afresh are the same bits. */
@@ -143,7 +159,8 @@ template <int NV, int CH, bool kY, bool kN>
 WKV_SIMD_INLINE void step_fused7(float* St, const float* __restrict decay,
                                  const float* __restrict k, const float* __restrict v,
                                  const float* __restrict b, const float* __restrict r, float* y,
-                                 const float* u, const float* __restrict an, float* un) noexcept {
+                                 const float* u, const float* __restrict an, float* un,
+                                 bool stream_y = false) noexcept {
     constexpr int64_t Np = (int64_t)NV * W;
     static_assert(NV % CH == 0, "CH divides NV");
     for (int iv = 0; iv < NV; iv += CH) {
@@ -171,7 +188,8 @@ WKV_SIMD_INLINE void step_fused7(float* St, const float* __restrict decay,
         }
 #pragma GCC unroll 8
         for (int c = 0; c < CH; ++c) {
-            if (kY) V::store(y + o + c * W, yy[c]);
+            if (kY && stream_y) V::stream(y + o + c * W, yy[c]);
+            else if (kY) V::store(y + o + c * W, yy[c]);
             if (kN) V::store(un + o + c * W, nn[c]);
         }
     }
@@ -481,15 +499,18 @@ void walk_fused7(float* St0, int64_t nh, const wkv_problem* p, int64_t batch, in
             float* u = rows + 2 * g * Np;
             const Inputs7 in = load_inputs7(p, batch, t, h0 + g, Np, want_y, x, nullptr);
             const float* an = next ? token_in(p->a, batch, t + 1, h0 + g, N, Np, u + Np) : nullptr;
+            float* yd = want_y ? token_out_direct(p->y, batch, t, h0 + g, N, Np) : nullptr;
+            float* y = yd ? yd : x.y; /* y straight into the tensor where it is float32 rows */
+            const bool st = yd && stream_y && vector_aligned(yd); /* streams need aligned rows */
             if (want_y && next)
-                step_fused7<NV, CH, true, true>(St, in.decay, in.k, in.v, in.b, in.r, x.y, u, an, u);
+                step_fused7<NV, CH, true, true>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, u, st);
             else if (want_y)
-                step_fused7<NV, CH, true, false>(St, in.decay, in.k, in.v, in.b, in.r, x.y, u, an, u);
+                step_fused7<NV, CH, true, false>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, u, st);
             else if (next)
-                step_fused7<NV, CH, false, true>(St, in.decay, in.k, in.v, in.b, in.r, x.y, u, an, u);
+                step_fused7<NV, CH, false, true>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, u);
             else
-                step_fused7<NV, CH, false, false>(St, in.decay, in.k, in.v, in.b, in.r, x.y, u, an, u);
-            if (want_y) token_grad_out(stream_y, p->y, batch, t, h0 + g, N, x.y);
+                step_fused7<NV, CH, false, false>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, u);
+            if (want_y && !yd) token_grad_out(stream_y, p->y, batch, t, h0 + g, N, x.y);
         }
     }
 }

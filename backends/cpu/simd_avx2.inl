@@ -8,7 +8,7 @@
  *   hsum4(a0..a3) -> the four lane sums as one Q; bcast<L>(Q) -> lane L everywhere;
  *   bcast_mem(p) -> *p everywhere; fma_bm(a, p, c) = a * bcast_mem(p) + c;
  *   Q, a vector of 4 floats (what hsum4 returns), with q_store (16-byte aligned), q_storeu,
- *   q_loadu, q_set1 and q_fma; 16-bit loads and stores (f16 with F16C, bf16 by shifting;
+ *   q_loadu, q_set1, q_fma and q_transpose4; 16-bit loads and stores (f16 with F16C, bf16 by shifting;
  *   rounding to nearest even, NaN stays NaN). */
 struct V {
     using T = __m256;
@@ -21,6 +21,8 @@ struct V {
     static inline Q q_loadu(const float* p) { return _mm_loadu_ps(p); }
     static inline Q q_set1(float x) { return _mm_set1_ps(x); }
     static inline Q q_fma(Q a, Q b, Q c) { return _mm_fmadd_ps(a, b, c); }
+    /* the 4 x 4 matrix of rows a b c d transposed in place */
+    static inline void q_transpose4(Q& a, Q& b, Q& c, Q& d) { _MM_TRANSPOSE4_PS(a, b, c, d); }
 
     static inline T load(const float* p) { return _mm256_loadu_ps(p); }
     static inline void store(float* p, T x) { _mm256_storeu_ps(p, x); }

@@ -11,6 +11,8 @@ struct V {
     static inline Q q_loadu(const float* p) { return _mm_loadu_ps(p); }
     static inline Q q_set1(float x) { return _mm_set1_ps(x); }
     static inline Q q_fma(Q a, Q b, Q c) { return _mm_fmadd_ps(a, b, c); }
+    /* the 4 x 4 matrix of rows a b c d transposed in place */
+    static inline void q_transpose4(Q& a, Q& b, Q& c, Q& d) { _MM_TRANSPOSE4_PS(a, b, c, d); }
 
     static inline T load(const float* p) { return _mm512_loadu_ps(p); }
     static inline void store(float* p, T x) { _mm512_storeu_ps(p, x); }

@@ -14,6 +14,14 @@ struct V {
     static inline Q q_loadu(const float* p) { return vld1q_f32(p); }
     static inline Q q_set1(float x) { return vdupq_n_f32(x); }
     static inline Q q_fma(Q a, Q b, Q c) { return vfmaq_f32(c, a, b); }
+    /* the 4 x 4 matrix of rows a b c d transposed in place */
+    static inline void q_transpose4(Q& a, Q& b, Q& c, Q& d) {
+        const float32x4x2_t ab = vtrnq_f32(a, b), cd = vtrnq_f32(c, d); /* a0 b0 a2 b2 | a1 b1 a3 b3 */
+        a = vcombine_f32(vget_low_f32(ab.val[0]), vget_low_f32(cd.val[0]));
+        b = vcombine_f32(vget_low_f32(ab.val[1]), vget_low_f32(cd.val[1]));
+        c = vcombine_f32(vget_high_f32(ab.val[0]), vget_high_f32(cd.val[0]));
+        d = vcombine_f32(vget_high_f32(ab.val[1]), vget_high_f32(cd.val[1]));
+    }
 
     static inline T load(const float* p) { return vld1q_f32(p); }
     static inline void store(float* p, T x) { vst1q_f32(p, x); }
