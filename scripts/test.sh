@@ -149,6 +149,18 @@ if want aarch64; then
   for i in 0 1; do wait "${pids[$i]}" || rc=1; done
   tail -n 4 "$logs/aarch64-neon.log" "$logs/aarch64-scalar.log"
   [ $rc -eq 0 ] || { cat "$logs/aarch64-neon.log" "$logs/aarch64-scalar.log"; echo "aarch64 FAILED"; exit 1; }
+  step "aarch64: NEON with RWKV-7's two other walks (WKV_RWKV7_WALK=blocks, rows), at the same time"
+  walk_cases='golden: every file*,rwkv7 random: every CPU path*,rwkv7 random: decays near zero*'
+  walk_cases+=',checkpoints: a backward reusing*'
+  pids=()
+  for walk in blocks rows; do
+    WKV_CPU_ISA=neon WKV_RWKV7_WALK=$walk qemu-aarch64 -L /usr/aarch64-linux-gnu \
+      build-aarch64/tests/wkv_tests -tc="$walk_cases" --no-intro >"$logs/aarch64-neon-$walk.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in 0 1; do wait "${pids[$i]}" || rc=1; done
+  tail -n 4 "$logs/aarch64-neon-blocks.log" "$logs/aarch64-neon-rows.log"
+  [ $rc -eq 0 ] || { cat "$logs/aarch64-neon-blocks.log" "$logs/aarch64-neon-rows.log"; echo "aarch64 FAILED"; exit 1; }
 fi
 
 step "design prototypes: numpy specs of planned kernels (backends/cuda/design, backends/cpu/design)"
