@@ -148,18 +148,20 @@ inline Rows7 carve_rows7(float* rows, int64_t Np) noexcept {
     return x;
 }
 
-/* The token's inputs as float32 rows of Np (pointers into the tensors where possible). */
+/* The token's inputs as float32 rows of Np (pointers into the tensors where possible); without
+ * r (!with_r) or a (!with_a: the fused walk read it a token earlier) they are NULL. */
 struct Inputs7 {
     const float *r, *k, *v, *a, *b, *decay;
 };
 inline Inputs7 load_inputs7(const wkv_problem* p, int64_t batch, int64_t t, int64_t h,
-                            int64_t Np, bool with_r, const Rows7& x, float* ddw) noexcept {
+                            int64_t Np, bool with_r, const Rows7& x, float* ddw,
+                            bool with_a = true) noexcept {
     const int64_t N = p->N;
     Inputs7 in;
     in.r = with_r ? token_in(p->r, batch, t, h, N, Np, x.r) : nullptr;
     in.k = token_in(p->k, batch, t, h, N, Np, x.k);
     in.v = token_in(p->v, batch, t, h, N, Np, x.v);
-    in.a = token_in(p->a, batch, t, h, N, Np, x.a);
+    in.a = with_a ? token_in(p->a, batch, t, h, N, Np, x.a) : nullptr;
     in.b = token_in(p->b, batch, t, h, N, Np, x.b);
     const float* w = token_in(p->w, batch, t, h, N, Np, x.w);
     if (p->decay_form == WKV_DECAY_DIRECT && !ddw) { /* the decays themselves: no copy */

@@ -496,7 +496,7 @@ void walk_fused7(float* St0, int64_t nh, const wkv_problem* p, int64_t batch, in
         for (int64_t g = 0; g < nh; ++g) {
             float* St = St0 + g * Np * Np;
             float* u = rows + 2 * g * Np;
-            const Inputs7 in = load_inputs7(p, batch, t, h0 + g, Np, want_y, x, nullptr);
+            const Inputs7 in = load_inputs7(p, batch, t, h0 + g, Np, want_y, x, nullptr, false);
             const float* an = next ? token_in(p->a, batch, t + 1, h0 + g, N, Np, u + Np) : nullptr;
             float* yd = want_y ? token_out_direct(p->y, batch, t, h0 + g, N, Np) : nullptr;
             float* y = yd ? yd : x.y; /* y straight into the tensor where it is float32 rows */
