@@ -151,9 +151,9 @@ inline void transpose_in_place(float* m, int64_t Np) noexcept {
 /* One token on the transposed state in a single pass, fused with the next token's u:
  * St[j] = St[j] w_j + b_j u + k_j v, then y += r_j St[j] (kY) and un += an_j St[j] (kN), value
  * vectors CH at a time (u, v, y and un of the CH vectors stay in registers across the keys); y
- * stored non-temporally when stream_y. un may be u (each CH-vector slice of u is read before its slice of un is written). The same
- * keys summed in the same order as transposed_product's, so a u carried from the previous token
- * and one made afresh are the same bits. */
+ * stored non-temporally when stream_y. un may be u (each CH-vector slice of u is read before
+ * its slice of un is written). The keys are summed in transposed_product's order, so a u
+ * carried from the previous token and one made afresh are the same bits. */
 template <int NV, int CH, bool kY, bool kN>
 __attribute__((noinline)) /* its own registers: inlined, GCC kept its row pointers on the stack */
 void step_fused7(float* St, const float* __restrict decay, const float* __restrict k,
