@@ -211,17 +211,28 @@ inline void transposed_product(const float* St, const float* __restrict a, float
     }
 }
 
+/* step_fused7 for token `in`, its variant picked at run time: y (NULL: none), the next token's
+ * u from an into un (an NULL: none). */
+template <int NV>
+inline void step_fused7_any(float* St, const Inputs7& in, float* y, const float* u,
+                            const float* an, float* un, bool stream_y) noexcept {
+    constexpr int CH = kFusedChunk < NV ? kFusedChunk : NV;
+    if (y && an)
+        step_fused7<NV, CH, true, true>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, un, stream_y);
+    else if (y)
+        step_fused7<NV, CH, true, false>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, un, stream_y);
+    else if (an)
+        step_fused7<NV, CH, false, true>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, un);
+    else
+        step_fused7<NV, CH, false, false>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, un);
+}
+
 /* One token alone (u made afresh into u_row): the fallback of a block whose products left the
  * range, and the block walk's tail. */
 template <int NV>
 inline void step_alone7(float* St, const Inputs7& in, float* u_row, float* y) noexcept {
-    constexpr int CH = kFusedChunk < NV ? kFusedChunk : NV;
     transposed_product<NV>(St, in.a, u_row);
-    if (y)
-        step_fused7<NV, CH, true, false>(St, in.decay, in.k, in.v, in.b, in.r, y, u_row, nullptr, nullptr);
-    else
-        step_fused7<NV, CH, false, false>(St, in.decay, in.k, in.v, in.b, nullptr, nullptr, u_row,
-                                          nullptr, nullptr);
+    step_fused7_any<NV>(St, in, y, u_row, nullptr, nullptr, false);
 }
 
 /* out[q] = St^T m[q] for the 4 token rows m[0..3] (rows Np apart) into out[0..3]. */
@@ -483,7 +494,6 @@ void walk_fused7(float* St0, int64_t nh, const wkv_problem* p, int64_t batch, in
                  int64_t t_end, int64_t t_last, int64_t h0, float* ws, bool want_y, bool stream_y,
                  bool u_ready) noexcept {
     constexpr int64_t Np = (int64_t)NV * W;
-    constexpr int CH = kFusedChunk < NV ? kFusedChunk : NV;
     const int64_t N = p->N;
     const Rows7 x = carve_rows7(ws, Np);
     float* const rows = ws + 8 * Np; /* head g: u at rows + 2 g Np, next a after it */
@@ -501,14 +511,7 @@ void walk_fused7(float* St0, int64_t nh, const wkv_problem* p, int64_t batch, in
             float* yd = want_y ? token_out_direct(p->y, batch, t, h0 + g, N, Np) : nullptr;
             float* y = yd ? yd : x.y; /* y straight into the tensor where it is float32 rows */
             const bool st = yd && stream_y && vector_aligned(yd); /* streams need aligned rows */
-            if (want_y && next)
-                step_fused7<NV, CH, true, true>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, u, st);
-            else if (want_y)
-                step_fused7<NV, CH, true, false>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, u, st);
-            else if (next)
-                step_fused7<NV, CH, false, true>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, u);
-            else
-                step_fused7<NV, CH, false, false>(St, in.decay, in.k, in.v, in.b, in.r, y, u, an, u);
+            step_fused7_any<NV>(St, in, want_y ? y : nullptr, u, an, u, st);
             if (want_y && !yd) token_grad_out(stream_y, p->y, batch, t, h0 + g, N, x.y);
         }
     }

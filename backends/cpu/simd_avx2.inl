@@ -8,8 +8,8 @@
  *   hsum4(a0..a3) -> the four lane sums as one Q; bcast<L>(Q) -> lane L everywhere;
  *   bcast_mem(p) -> *p everywhere; fma_bm(a, p, c) = a * bcast_mem(p) + c;
  *   Q, a vector of 4 floats (what hsum4 returns), with q_store (16-byte aligned), q_storeu,
- *   q_loadu, q_set1, q_fma and q_transpose4; 16-bit loads and stores (f16 with F16C, bf16 by shifting;
- *   rounding to nearest even, NaN stays NaN). */
+ *   q_loadu, q_set1, q_fma and q_transpose4; 16-bit loads and stores (f16 with F16C, bf16 by
+ *   shifting; rounding to nearest even, NaN stays NaN). */
 struct V {
     using T = __m256;
     using M = __m256; /* all-ones lanes */
