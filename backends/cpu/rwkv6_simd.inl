@@ -197,16 +197,28 @@ bool saves6(const wkv_problem* p) { return p->N % W == 0; }
 constexpr int64_t kTokRows6 = 10;
 constexpr int64_t kBackwardGroup6 = 4;
 
+/* Another head's replay step, run beside a sweep (backward6_rows' kReplay): src -> dst with
+ * that head's token rows; dst may be the sweep's Sp. */
+struct Replay6 {
+    const float* src;
+    float* dst;
+    const float *decay, *k, *v;
+};
+
 /* One backward step over the rows of dS (row stride Np): on entry the gradient w.r.t. S_t, on
  * exit w.r.t. S_{t-1} (Sp, row stride Np). Writes dv (per row, without the ruk term) and the
- * sums over rows dk, dd, dr (without the u terms); see rwkv6.cpp. */
-template <int NV>
+ * sums over rows dk, dd, dr (without the u terms); see rwkv6.cpp.
+ * kReplay: after each block of rows, the replay step rp (step6_rows' arithmetic) of the same
+ * rows, which the sweep has then read for the last time: rp.dst may be Sp, whose lines the
+ * sweep has just brought into L1, so the replay's stores need no fetch from L2 (as RWKV-7's
+ * sweep_replay_rows; NOTES.md, steps 37 and 48). */
+template <int NV, bool kReplay = false>
 inline void backward6_rows(float* dS, const float* Sp, int nv_rt, int64_t Np,
                            const float* __restrict r, const float* __restrict k,
                            const float* __restrict v, const float* __restrict decay,
                            const float* __restrict dy, float* __restrict dr,
                            float* __restrict dk, float* __restrict dv,
-                           float* __restrict dd) noexcept {
+                           float* __restrict dd, const Replay6* rp = nullptr) noexcept {
     const int nv = NV ? NV : nv_rt;
     for (int64_t j = 0; j < Np; j += W) {
         V::store(dr + j, V::zero());
@@ -249,6 +261,20 @@ inline void backward6_rows(float* dS, const float* Sp, int nv_rt, int64_t Np,
             V::store(dr + o, drv);
         }
         V::q_storeu(dv + ib, V::hsum4(cv[0], cv[1], cv[2], cv[3]));
+        if (kReplay) {
+            T rvb[kRows6];
+#pragma GCC unroll 16
+            for (int u = 0; u < kRows6; ++u) rvb[u] = V::bcast_mem(rp->v + ib + u);
+#pragma GCC unroll 16
+            for (int q = 0; q < nv; ++q) {
+                const int64_t o = (int64_t)q * W;
+                const T dcv = V::load(rp->decay + o), kv = V::load(rp->k + o);
+#pragma GCC unroll 16
+                for (int u = 0; u < kRows6; ++u)
+                    V::store(rp->dst + (ib + u) * Np + o,
+                             V::fma(V::load(rp->src + (ib + u) * Np + o), dcv, V::mul(rvb[u], kv)));
+            }
+        }
     }
 }
 
@@ -388,19 +414,27 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
         for (int64_t q = 0; q < m; ++q) {
             for (int64_t j = 0; j < nh; ++j) load_tok6(p, batch, ts + q, h0 + j, Np, rec(j, q));
         }
+        /* Head j's S_q (the state after token ts + q, q <= m - 2) is in replay slot(j, q).
+         * Head j's sweep and head j + 1's replay run together: sweep step k (token m - 1 - k)
+         * reads S_{m-2-k} of head j, and replay step k writes S_k of head j + 1 into that
+         * same slot right behind it, so the maps alternate: even heads q, odd heads m - 2 - q
+         * (as RWKV-7's, NOTES.md, step 37). Head 0's replay runs alone. */
+        auto slot = [&](int64_t j, int64_t q) {
+            return replay + (size_t)(j % 2 == 0 ? q : m - 2 - q) * n2;
+        };
+        for (int64_t q = 0; q + 1 < m; ++q) { /* head 0: the states after ts .. ts + m - 2 */
+            const Tok6 x = record6(rec(0, q), Np);
+            step6_rows<NV, false>(q == 0 ? ck(0, g) : slot(0, q - 1), Np, slot(0, q), Np, nv, Np,
+                                  x.decay, x.k, x.v, nullptr, 0.0f, nullptr);
+        }
         for (int64_t j = 0; j < nh; ++j) {
             const float* start = ck(j, g);
             float* dS = dSs + (size_t)j * n2;
             float* du = dus + j * Np;
-            for (int64_t q = 0; q + 1 < m; ++q) { /* the states after tokens ts .. ts + m - 2 */
-                const Tok6 x = record6(rec(j, q), Np);
-                step6_rows<NV, false>(q == 0 ? start : replay + (size_t)(q - 1) * n2, Np,
-                                      replay + (size_t)q * n2, Np, nv, Np, x.decay, x.k, x.v,
-                                      nullptr, 0.0f, nullptr);
-            }
             for (int64_t q = m - 1; q >= 0; --q) {
                 const Tok6 x = record6(rec(j, q), Np);
-                const float* Sp = q == 0 ? start : replay + (size_t)(q - 1) * n2; /* S_{t-1} */
+                const float* Sp = q == 0 ? start : slot(j, q - 1); /* S_{t-1} */
+                const int64_t k = m - 1 - q; /* the sweep's step; head j + 1's replay step */
                 float dyv_out[4];
                 {
                     T acc = V::zero();
@@ -411,8 +445,16 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
                 const float dyv = dyv_out[0];
                 const float ruk = dot3(x.r, u[j], x.k, Np);
                 /* dd into the dw row (its w is spent), then dw = dd ddw in place */
-                backward6_rows<NV>(dS, Sp, nv, Np, x.r, x.k, x.v, x.decay, x.dy, x.dr, x.dk,
-                                   x.dv, x.dw);
+                if (j + 1 < nh && k + 1 < m) {
+                    const Tok6 n = record6(rec(j + 1, k), Np);
+                    const Replay6 rp = {k == 0 ? ck(j + 1, g) : slot(j + 1, k - 1), slot(j + 1, k),
+                                        n.decay, n.k, n.v};
+                    backward6_rows<NV, true>(dS, Sp, nv, Np, x.r, x.k, x.v, x.decay, x.dy, x.dr,
+                                             x.dk, x.dv, x.dw, &rp);
+                } else {
+                    backward6_rows<NV>(dS, Sp, nv, Np, x.r, x.k, x.v, x.decay, x.dy, x.dr, x.dk,
+                                       x.dv, x.dw);
+                }
                 const T dyvv = V::set1(dyv), rukv = V::set1(ruk);
                 for (int64_t i = 0; i < Np; i += W) {
                     const T uj = V::load(u[j] + i), kj = V::load(x.k + i), rj = V::load(x.r + i);
