@@ -466,10 +466,10 @@ TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
     // of W, see backends/cpu/rwkv6.cpp:
     //   workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(4 H G N^2) + A64(4 items N)
     //             + chunks A64(4 ((R + 1) N^2 + 14 N))
-    // and where it is (backends/cpu/rwkv6_simd.inl: items of up to 4 heads, Gh of them):
+    // and where it is (backends/cpu/rwkv6_simd.inl: items of up to 8 heads, Gh of them):
     //   workspace = 64 + [packed] A64(8 (num_seqs + 1)) + A64(4 H G N^2) + A64(4 num_seqs H N)
     //             + chunks A64(4 ((Gh + R) N^2 + Gh (R + 1) 10 N + 2 Gh N))
-    //   Gh = min(4, H, ceil(H / ceil(threads / num_seqs))), chunks = min(items, 4 threads)
+    //   Gh = min(8, H, ceil(H / ceil(threads / num_seqs))), chunks = min(items, 4 threads)
     for (const std::string& isa : runnable_cpu_isas()) {
         ScopedIsa scope(isa.c_str());
         const uint64_t W = isa_width(isa);
@@ -513,7 +513,7 @@ TEST_CASE("rwkv6: wkv_workspace_size is the documented formula") {
                 const uint64_t chunks = std::min<uint64_t>(S * H, 4u * T);
                 want = head + chunks * a64(4 * ((R + 1) * N * N + 14 * N));
             } else {
-                const uint64_t Gh = backward_heads(H, S, T, 4);
+                const uint64_t Gh = backward_heads(H, S, T, 8);
                 const uint64_t items = S * ((H + Gh - 1) / Gh);
                 const uint64_t chunks = std::min<uint64_t>(items, 4u * T);
                 want = head + chunks * a64(4 * ((Gh + R) * N * N + Gh * (R + 1) * 10 * N + 2 * Gh * N));

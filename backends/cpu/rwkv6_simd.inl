@@ -187,7 +187,10 @@ bool saves6(const wkv_problem* p) { return p->N % W == 0; }
  *     one after the other; the gradients go to the records too and are written token-major
  *     after the last head (NOTES.md, step 30);
  *   - the sweep is one pass per kRows6 rows (dv, dk, dd, dr sums and dS = dS decay + dy r^T):
- *     6 vector ops per element.
+ *     6 vector ops per element;
+ *   - head j's sweep and head j + 1's replay run together, block of rows by block of rows, the
+ *     replay writing each state into the slot the sweep has just read (backward6_rows' kReplay;
+ *     NOTES.md, step 48).
  * Workspace (floats), with G = the group, R = min(K, max_s L_s) - 1 (0 if that is < 0):
  *   checkpoints = H * (sum_s ceil(L_s / K)) * N^2     (as rwkv6.cpp's)
  *   du partials = num_seqs * H * N                    (as rwkv6.cpp's)
@@ -195,7 +198,12 @@ bool saves6(const wkv_problem* p) { return p->N % W == 0; }
  *                 (the group's dS, R replay states, G (R + 1) token records, u and du rows). */
 /* record rows: r k v dy decay ddw dr dw (w before the decay, dd before dw) dk dv */
 constexpr int64_t kTokRows6 = 10;
-constexpr int64_t kBackwardGroup6 = 4;
+/* the replay beside the sweep where vectors have 32 registers (AVX-512): 7-11% faster there;
+ * on AVX2 (16 registers) 12% slower, so there each head replays alone (NOTES.md, step 48) */
+constexpr bool kReplayBesideSweep6 = W >= 16;
+/* 8 heads: head 0's replay, the one beside no sweep, is an eighth of the replays (NOTES.md,
+ * step 48; the chunk ~1.2 MiB at f32 N = 64) */
+constexpr int64_t kBackwardGroup6 = 8;
 
 /* Another head's replay step, run beside a sweep (backward6_rows' kReplay): src -> dst with
  * that head's token rows; dst may be the sweep's Sp. */
@@ -418,19 +426,20 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
          * Head j's sweep and head j + 1's replay run together: sweep step k (token m - 1 - k)
          * reads S_{m-2-k} of head j, and replay step k writes S_k of head j + 1 into that
          * same slot right behind it, so the maps alternate: even heads q, odd heads m - 2 - q
-         * (as RWKV-7's, NOTES.md, step 37). Head 0's replay runs alone. */
+         * (as RWKV-7's, NOTES.md, step 37). Head 0's replay runs alone (every head's where
+         * !kReplayBesideSweep6). */
         auto slot = [&](int64_t j, int64_t q) {
-            return replay + (size_t)(j % 2 == 0 ? q : m - 2 - q) * n2;
+            return replay + (size_t)(!kReplayBesideSweep6 || j % 2 == 0 ? q : m - 2 - q) * n2;
         };
-        for (int64_t q = 0; q + 1 < m; ++q) { /* head 0: the states after ts .. ts + m - 2 */
-            const Tok6 x = record6(rec(0, q), Np);
-            step6_rows<NV, false>(q == 0 ? ck(0, g) : slot(0, q - 1), Np, slot(0, q), Np, nv, Np,
-                                  x.decay, x.k, x.v, nullptr, 0.0f, nullptr);
-        }
         for (int64_t j = 0; j < nh; ++j) {
             const float* start = ck(j, g);
             float* dS = dSs + (size_t)j * n2;
             float* du = dus + j * Np;
+            for (int64_t q = 0; q + 1 < m && (j == 0 || !kReplayBesideSweep6); ++q) {
+                const Tok6 x = record6(rec(j, q), Np); /* the states after ts .. ts + m - 2 */
+                step6_rows<NV, false>(q == 0 ? start : slot(j, q - 1), Np, slot(j, q), Np, nv,
+                                      Np, x.decay, x.k, x.v, nullptr, 0.0f, nullptr);
+            }
             for (int64_t q = m - 1; q >= 0; --q) {
                 const Tok6 x = record6(rec(j, q), Np);
                 const float* Sp = q == 0 ? start : slot(j, q - 1); /* S_{t-1} */
@@ -445,7 +454,7 @@ void backward_item6_nv(const BackwardJob* job, int64_t item, float* scratch) noe
                 const float dyv = dyv_out[0];
                 const float ruk = dot3(x.r, u[j], x.k, Np);
                 /* dd into the dw row (its w is spent), then dw = dd ddw in place */
-                if (j + 1 < nh && k + 1 < m) {
+                if (kReplayBesideSweep6 && j + 1 < nh && k + 1 < m) {
                     const Tok6 n = record6(rec(j + 1, k), Np);
                     const Replay6 rp = {k == 0 ? ck(j + 1, g) : slot(j + 1, k - 1), slot(j + 1, k),
                                         n.decay, n.k, n.v};
