@@ -132,6 +132,10 @@ public:
 
     wkv_forward_desc* fdesc = nullptr;
     int fdesc_region = -1;
+    // Regions led by an input that an output shares (state_out placed exactly on state_in by
+    // an alias, not by the in-place flag): their contents as drawn, so that a repeated call
+    // starts from the same inputs (repoison_outputs).
+    std::vector<std::pair<int, std::vector<uint8_t>>> fed_inputs;
     int small_used = 0, big_used = 0;
 
     Case(const uint8_t* d, size_t n, bool bwd) : in{d, n}, backward(bwd) {}
@@ -723,6 +727,8 @@ public:
     // Fresh poison in every output-led region (its input members keep their values); returns
     // those regions' contents after the previous call, to compare a repeated call with.
     std::vector<std::vector<uint8_t>> repoison_outputs() {
+        for (const auto& f : fed_inputs) /* the inputs the first call's outputs overwrote */
+            memcpy(regs.r[(size_t)f.first].start, f.second.data(), f.second.size());
         std::vector<std::vector<uint8_t>> before;
         for (Plan& q : p)
             if (q.leader && q.output) {
@@ -868,6 +874,13 @@ public:
             if (q.leader) fill_region(q);
         for (Plan& q : p)  // inputs sharing an output's region get values, not poison
             if (q.fits && !q.leader && !q.output && p[q.alias_of].output) fill_elements(q);
+        for (const Plan& q : p)  // outputs in an input's region: keep that region as drawn
+            if (q.fits && !q.leader && q.output && !p[q.alias_of].output) {
+                const Region& g = regs.r[(size_t)q.region];
+                bool kept = false;
+                for (const auto& f : fed_inputs) kept = kept || f.first == q.region;
+                if (!kept) fed_inputs.emplace_back(q.region, std::vector<uint8_t>(g.start, g.start + g.len));
+            }
         for (int r = 0; r < R_COUNT; ++r) {
             if (!backward && r > R_SOUT) continue;
             make_tensor(p[r]);

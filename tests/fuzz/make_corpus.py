@@ -103,6 +103,12 @@ def desc_seeds(backward):
     s["alias_output_shifted"] = desc(backward, 7, (1, 4, 1, 4), tensors={"y": {"alias": 1, "alias_role": 3, "alias_delta": 3}})
     s["alias_state_shifted"] = desc(backward, 7, (1, 4, 1, 4), {"state": 3},
                                     tensors={"state_out": {"alias": 1, "alias_role": 8, "alias_delta": 1}})
+    # state_out exactly on state_in through an alias (not the in-place flag), the call made
+    # twice: the repeat must start from the inputs as drawn
+    for op in (7, 4):
+        s[f"rwkv{op}_alias_state_exact_twice"] = desc(
+            backward, op, (1, 1, 1, 18), {"state": 3, "ctx": 3 | 8},
+            tensors={"state_out": {"alias": 2, "alias_role": 8}})
     # invalid descriptors
     s["bad_op"] = desc(backward, 5, (1, 2, 1, 2))
     s["bad_form"] = desc(backward, 7, (1, 2, 1, 2), {"form": 5})
