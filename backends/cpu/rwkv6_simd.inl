@@ -18,6 +18,42 @@
 constexpr int kRows6 = 4;
 constexpr int64_t K6 = kRwkv6CheckpointInterval; /* the checkpoint interval */
 
+/* One forward token over the kRows6 rows [ib, ib + kRows6): src -> dst (may be the same; row
+ * strides srs, drs). kY: also their y (into y + ib, with ruk4's u term). */
+template <int NV, bool kY>
+WKV_SIMD_INLINE void step6_block(const float* src, int64_t srs, float* dst, int64_t drs, int nv,
+                                 int64_t ib, const float* __restrict decay,
+                                 const float* __restrict k, const float* __restrict v,
+                                 const float* __restrict r, V::Q ruk4, float* y) noexcept {
+    const float* sp[kRows6];
+    float* dp[kRows6];
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows6; ++u) {
+        sp[u] = src + (ib + u) * srs;
+        dp[u] = dst + (ib + u) * drs;
+    }
+    T vb[kRows6];
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows6; ++u) vb[u] = V::bcast_mem(v + ib + u); /* load port */
+    T yc[kRows6];
+#pragma GCC unroll 16
+    for (int u = 0; u < kRows6; ++u) yc[u] = V::zero();
+#pragma GCC unroll 16
+    for (int q = 0; q < nv; ++q) {
+        const int64_t o = (int64_t)q * W;
+        const T dv = V::load(decay + o), kv = V::load(k + o);
+        const T rv = kY ? V::load(r + o) : V::zero();
+#pragma GCC unroll 16
+        for (int u = 0; u < kRows6; ++u) {
+            const T sv = V::load(sp[u] + o);
+            if (kY) yc[u] = V::fma(sv, rv, yc[u]);
+            V::store(dp[u] + o, V::fma(sv, dv, V::mul(vb[u], kv)));
+        }
+    }
+    if (kY)
+        V::q_storeu(y + ib, V::q_fma(V::q_loadu(v + ib), ruk4, V::hsum4(yc[0], yc[1], yc[2], yc[3])));
+}
+
 /* One forward token over the rows [0, Np): src -> dst (may be the same). kY: also y. */
 template <int NV, bool kY>
 inline void step6_rows(const float* src, int64_t srs, float* dst, int64_t drs, int nv_rt,
@@ -26,36 +62,8 @@ inline void step6_rows(const float* src, int64_t srs, float* dst, int64_t drs, i
                        float* y) noexcept {
     const int nv = NV ? NV : nv_rt;
     const V::Q ruk4 = V::q_set1(ruk);
-    for (int64_t ib = 0; ib < Np; ib += kRows6) {
-        const float* sp[kRows6];
-        float* dp[kRows6];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows6; ++u) {
-            sp[u] = src + (ib + u) * srs;
-            dp[u] = dst + (ib + u) * drs;
-        }
-        const V::Q v4 = V::q_loadu(v + ib);
-        T vb[kRows6];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows6; ++u) vb[u] = V::bcast_mem(v + ib + u); /* load port */
-        T yc[kRows6];
-#pragma GCC unroll 16
-        for (int u = 0; u < kRows6; ++u) yc[u] = V::zero();
-#pragma GCC unroll 16
-        for (int q = 0; q < nv; ++q) {
-            const int64_t o = (int64_t)q * W;
-            const T dv = V::load(decay + o), kv = V::load(k + o);
-            const T rv = kY ? V::load(r + o) : V::zero();
-#pragma GCC unroll 16
-            for (int u = 0; u < kRows6; ++u) {
-                const T sv = V::load(sp[u] + o);
-                if (kY) yc[u] = V::fma(sv, rv, yc[u]);
-                V::store(dp[u] + o, V::fma(sv, dv, V::mul(vb[u], kv)));
-            }
-        }
-        if (kY)
-            V::q_storeu(y + ib, V::q_fma(v4, ruk4, V::hsum4(yc[0], yc[1], yc[2], yc[3])));
-    }
+    for (int64_t ib = 0; ib < Np; ib += kRows6)
+        step6_block<NV, kY>(src, srs, dst, drs, nv, ib, decay, k, v, r, ruk4, y);
 }
 
 /* sum_j a[j] b[j] c[j] over Np lanes */
@@ -269,20 +277,9 @@ inline void backward6_rows(float* dS, const float* Sp, int nv_rt, int64_t Np,
             V::store(dr + o, drv);
         }
         V::q_storeu(dv + ib, V::hsum4(cv[0], cv[1], cv[2], cv[3]));
-        if (kReplay) {
-            T rvb[kRows6];
-#pragma GCC unroll 16
-            for (int u = 0; u < kRows6; ++u) rvb[u] = V::bcast_mem(rp->v + ib + u);
-#pragma GCC unroll 16
-            for (int q = 0; q < nv; ++q) {
-                const int64_t o = (int64_t)q * W;
-                const T dcv = V::load(rp->decay + o), kv = V::load(rp->k + o);
-#pragma GCC unroll 16
-                for (int u = 0; u < kRows6; ++u)
-                    V::store(rp->dst + (ib + u) * Np + o,
-                             V::fma(V::load(rp->src + (ib + u) * Np + o), dcv, V::mul(rvb[u], kv)));
-            }
-        }
+        if (kReplay) /* the other head's replay of these rows, into the slot just read */
+            step6_block<NV, false>(rp->src, Np, rp->dst, Np, nv, ib, rp->decay, rp->k, rp->v,
+                                   nullptr, V::q_set1(0.0f), nullptr);
     }
 }
 
