@@ -1,5 +1,6 @@
 /* The exported entry points: contexts, the ops, introspection. Each one validates through
  * validate.c, runs the backend, and records the outcome (status, message, log). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -106,12 +107,21 @@ static int parse_backend_env(const char* s, wkv_backend* out) {
     return 1;
 }
 
-static int32_t default_threads(void) {
+/* WKV_NUM_THREADS, when set: 1..1024 into *out (1); unset or empty: 0; anything else: -1. */
+static int threads_env(int32_t* out) {
     const char* env = getenv("WKV_NUM_THREADS");
-    if (env && *env) {
-        long n = strtol(env, NULL, 10);
-        if (n >= 1 && n <= 1024) return (int32_t)n;
-    }
+    if (!env || !*env) return 0;
+    char* end = NULL;
+    errno = 0;
+    long n = strtol(env, &end, 10);
+    if (errno || end == env || *end != '\0' || n < 1 || n > 1024) return -1;
+    *out = (int32_t)n;
+    return 1;
+}
+
+static int32_t default_threads(void) {
+    int32_t n_env = 0;
+    if (threads_env(&n_env) == 1) return n_env;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n >= 1 ? (int32_t)(n > 1024 ? 1024 : n) : 1;
 }
@@ -190,6 +200,11 @@ static wkv_status context_create(const wkv_context_options* options, const void*
         return fail_free(WKV_ERROR_INVALID_ARGUMENT,
                          "wkv_context_create: options->cpu_threads is %d: expected 0 (all cores) to 1024",
                          (int)o.cpu_threads);
+    int32_t n_env = 0;
+    if (o.cpu_threads == 0 && threads_env(&n_env) < 0)
+        return fail_free(WKV_ERROR_INVALID_ARGUMENT,
+                         "wkv_context_create: WKV_NUM_THREADS=%s: expected a whole number of threads, "
+                         "1 to 1024 (or unset: all cores)", getenv("WKV_NUM_THREADS"));
     if (o.flags & ~(uint64_t)WKV_CONTEXT_ASYNC)
         return fail_free(WKV_ERROR_INVALID_ARGUMENT,
                          "wkv_context_create: options->flags is 0x%llx: unknown bits (known: WKV_CONTEXT_ASYNC)",
@@ -311,7 +326,7 @@ void wkv_context_destroy(wkv_context* ctx) {
 }
 
 wkv_status wkv_context_health(const wkv_context* ctx) {
-    if (!ctx) return WKV_ERROR_NULL_POINTER;
+    if (!ctx) return fail_free(WKV_ERROR_NULL_POINTER, "wkv_context_health: ctx is NULL");
     return atomic_load(&((wkv_context*)ctx)->lost) ? WKV_ERROR_DEVICE_LOST : WKV_OK;
 }
 
@@ -333,19 +348,13 @@ static int32_t (*saves_hook(const wkv_backend_iface* iface))(void*, const wkv_pr
     return IFACE_HAS(iface, saves_checkpoints);
 }
 
-/* A forward with a workspace (p->workspace set by the validation): when the backend saves
- * checkpoints for p, checks the workspace against the backward's size (the workspace of the
- * backward of this very problem) and sets p->save_checkpoints; otherwise drops it. */
+/* A forward with a workspace (p->workspace set by the validation): checks the workspace against
+ * the backward's size (the workspace of the backward of this very problem) on every backend and
+ * ISA, so a call's status never depends on where it runs; then sets p->save_checkpoints where
+ * the backend saves checkpoints for p, and drops the workspace where it does not. */
 static wkv_status prepare_save(wkv_context* ctx, wkv_problem* p, const wkv_spans* spans, wkv_message* m) {
     if (!p->workspace) return WKV_OK;
-    int32_t (*saves)(void*, const wkv_problem*) = saves_hook(ctx->iface);
     wkv_workspace_mem_kind(&ctx->target, p, NULL); /* a backend may save into device memory only */
-    if (!saves || !saves(ctx->backend_state, p)) {
-        memset(&p->workspace_mem, 0, sizeof p->workspace_mem);
-        p->workspace = NULL; /* ignored: the backward will recompute (the record says so) */
-        p->workspace_size = 0;
-        return WKV_OK;
-    }
     /* the backward of this problem: the forward's inputs, no outputs */
     wkv_problem b = *p;
     b.backward = 1;
@@ -358,8 +367,16 @@ static wkv_status prepare_save(wkv_context* ctx, wkv_problem* p, const wkv_spans
     size_t needed = 0;
     wkv_status st = ctx->iface->workspace_size(ctx->backend_state, &b, &needed, m);
     if (!st) st = wkv_validate_workspace_mem(&ctx->target, NULL, spans, needed, p, m);
-    if (!st) p->save_checkpoints = 1;
-    return st;
+    if (st) return st;
+    int32_t (*saves)(void*, const wkv_problem*) = saves_hook(ctx->iface);
+    if (!saves || !saves(ctx->backend_state, p)) {
+        memset(&p->workspace_mem, 0, sizeof p->workspace_mem);
+        p->workspace = NULL; /* ignored: the backward will recompute (the record says so) */
+        p->workspace_size = 0;
+        return WKV_OK;
+    }
+    p->save_checkpoints = 1;
+    return WKV_OK;
 }
 
 /* The forward's scratch (p->scratch set by the validation, after prepare_save: the size may

@@ -205,18 +205,32 @@ static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rul
     }
     int64_t es = wkv_elem_size(elem);
     int64_t lo = 0, hi = 0; /* element offsets reached, relative to the first element */
+    int64_t reach[4];
+    int widest = 0; /* the axis reaching farthest: the one to blame when the sum overflows */
     for (int d = 0; d < rule->ndim; ++d) {
-        int64_t reach;
-        if (stride[d] == INT64_MIN || __builtin_mul_overflow(t->shape[d] - 1, stride[d], &reach) ||
-            __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi))
+        if (stride[d] == INT64_MIN || __builtin_mul_overflow(t->shape[d] - 1, stride[d], &reach[d]) ||
+            reach[d] == INT64_MIN)
             return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s.strides[%d] = %lld overflows the byte offsets",
                             cname(c), d, (long long)stride[d]);
+        if (abs64(reach[d]) > abs64(reach[widest])) widest = d;
     }
+    for (int d = 0; d < rule->ndim; ++d)
+        if (__builtin_add_overflow(reach[d] < 0 ? lo : hi, reach[d], reach[d] < 0 ? &lo : &hi))
+            return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s.strides[%d] = %lld overflows the byte offsets",
+                            cname(c), widest, (long long)stride[widest]);
     int64_t lo_bytes, hi_bytes;
     if (__builtin_mul_overflow(lo, es, &lo_bytes) || __builtin_mul_overflow(hi, es, &hi_bytes) ||
         __builtin_add_overflow(hi_bytes, es, &hi_bytes) || lo_bytes == INT64_MIN ||
-        t->byte_offset > (uint64_t)INT64_MAX)
+        t->byte_offset > (uint64_t)INT64_MAX) {
+        if (t->byte_offset > (uint64_t)INT64_MAX)
+            return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s.byte_offset %llu does not fit in int64", cname(c),
+                            (unsigned long long)t->byte_offset);
+        if (t->strides)
+            return wkv_fail(msg, WKV_ERROR_OVERFLOW,
+                            "%s.strides[%d] = %lld reaches more bytes than fit in int64", cname(c), widest,
+                            (long long)stride[widest]);
         return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s spans more bytes than fit in int64", cname(c));
+    }
     const void* in_buffer = NULL;
     wkv_buffer_ref mem;
     memset(&mem, 0, sizeof mem);
@@ -446,6 +460,34 @@ static wkv_status check_outputs_alias(const wkv_spans* spans, wkv_message* msg) 
     return WKV_OK;
 }
 
+/* The shape comes from v; when v alone disagrees with the other per-token inputs, which agree
+ * among themselves (at least two of them), v is the one to blame, not the first one checked. */
+static wkv_status check_v_agrees(wkv_message* msg, const wkv_forward_desc* d, const char* prefix,
+                                 uint32_t inputs, int ndim) {
+    const wkv_tensor* first = NULL;
+    int agree = 0, first_name = 0;
+    for (int name = N_R; name <= N_B; ++name) {
+        const wkv_tensor* t = input_of(d, name);
+        if (name == N_V || !(inputs & (1u << name)) || is_param(d->op, name)) continue;
+        if (!t->data || !t->shape || t->ndim != ndim) return WKV_OK; /* check_tensor's to report */
+        if (!first) {
+            first = t;
+            first_name = name;
+        } else if (memcmp(t->shape, first->shape, (size_t)ndim * sizeof *t->shape) != 0) {
+            return WKV_OK; /* no agreement to go by */
+        }
+        ++agree;
+    }
+    if (agree < 2) return WKV_OK;
+    for (int i = 0; i < ndim; ++i)
+        if (first->shape[i] != d->v.shape[i])
+            return wkv_fail(msg, WKV_ERROR_SHAPE,
+                            "%sv.shape[%d] is %lld, but the other per-token inputs (%s%s and the rest) have %lld",
+                            prefix, i, (long long)d->v.shape[i], prefix, k_names[first_name],
+                            (long long)first->shape[i]);
+    return WKV_OK;
+}
+
 /* Checks the op, form, flags, packing and every forward input; fills p and the spans.
  * With for_backward, y and state_out are not looked at. */
 static wkv_status check_forward(checker* c, const wkv_forward_desc* d, const char* prefix,
@@ -542,6 +584,7 @@ static wkv_status check_forward(checker* c, const wkv_forward_desc* d, const cha
     p->seq_offsets = d->num_seqs > 0 ? d->seq_offsets : NULL;
 
     uint32_t inputs = op_inputs(d->op);
+    if ((st = check_v_agrees(msg, d, prefix, inputs, want_ndim))) return st;
     for (int name = N_R; name <= N_U; ++name) {
         const wkv_tensor* t = input_of(d, name);
         if (!(inputs & (1u << name))) {

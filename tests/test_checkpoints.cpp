@@ -355,6 +355,65 @@ TEST_CASE("checkpoints: misuse is refused with a message naming the argument, no
            });
 }
 
+// The status of a forward with a bad workspace must not depend on the CPU path: the vector
+// paths do not save checkpoints where N (RWKV-4: C) is not a multiple of their width, and the
+// core checks the workspace before it asks whether the backend saves (api.c, prepare_save).
+TEST_CASE("checkpoints: a bad forward workspace gets the same status on every CPU path") {
+    struct Bad {
+        const char* what;
+        wkv_status want;
+        const char* needle;
+    };
+    const Bad bads[] = {{"too small", WKV_ERROR_WORKSPACE_TOO_SMALL, "desc->workspace_size"},
+                        {"over y", WKV_ERROR_ALIASING, "desc->workspace"},
+                        {"over k", WKV_ERROR_ALIASING, "desc->workspace"},
+                        {"fits", WKV_OK, ""}};
+    for (const std::string& isa : runnable_cpu_isas()) {
+        ScopedIsa scope(isa.c_str());
+        for (wkv_op op : {WKV_OP_RWKV7, WKV_OP_RWKV6, WKV_OP_RWKV4}) {
+            for (int64_t N : {int64_t(20), int64_t(64)}) { // 20: no vector width divides it
+                for (const Bad& bad : bads) {
+                    CAPTURE(isa);
+                    CAPTURE(op_label(op));
+                    CAPTURE(N);
+                    CAPTURE(bad.what);
+                    CpuCtx cx(1);
+                    REQUIRE(cx.status == WKV_OK);
+                    Case c;
+                    c.op = op;
+                    c.N = N;
+                    c.T = 40;
+                    Problem p(c);
+                    size_t bytes = 0;
+                    REQUIRE(wkv_workspace_size(cx.ctx, &bytes, &p.g) == WKV_OK);
+                    REQUIRE(bytes > 0);
+                    Workspace ws(bytes);
+                    p.f.workspace = ws.data();
+                    p.f.workspace_size = bytes;
+                    const std::string w = bad.what;
+                    if (w == "too small") p.f.workspace_size = bytes - 1;
+                    for (const char* over : {"y", "k"}) {
+                        if (w != std::string("over ") + over) continue;
+                        HostTensor& x = *p.t[over];
+                        x.buf.resize(x.buf.size() + bytes); // x at the start of a buffer as large as the workspace
+                        *(w == "over y" ? &p.f.y : any_detail::slot(p.f, over)) = x.view();
+                        p.f.workspace = x.buf.data();
+                    }
+                    p.poison(false);
+                    const wkv_status got = wkv_forward(cx.ctx, &p.f);
+                    const std::string msg = wkv_last_error(cx.ctx);
+                    CAPTURE(msg);
+                    CHECK(std::string(wkv_status_string(got)) == wkv_status_string(bad.want));
+                    if (bad.want != WKV_OK) {
+                        CHECK(msg.find(bad.needle) != std::string::npos);
+                        CHECK(p.untouched(false));
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("checkpoints: callers built against the older descriptors get the defaults") {
     CpuCtx cx(1);
     Case c;

@@ -199,6 +199,10 @@ TEST_CASE("bad forward descriptors") {
     static const int64_t other_n[4] = {2, 3, 2, 5};
     expect_forward_fails("inconsistent N", WKV_ERROR_SHAPE, "desc->a.shape[3]",
                          [](Fixture& fx) { fx.f.a.shape = other_n; });
+    expect_forward_fails("only v has another head size", WKV_ERROR_SHAPE, "desc->v.shape[3]",
+                         [](Fixture& fx) { fx.f.v.shape = other_n; });
+    expect_forward_fails("only v has another length", WKV_ERROR_SHAPE, "desc->v.shape[1]",
+                         [](Fixture& fx) { static const int64_t t4[4] = {2, 4, 2, 4}; fx.f.v.shape = t4; });
     static const int64_t other_t[4] = {2, 4, 2, 4};
     expect_forward_fails("inconsistent T in y", WKV_ERROR_SHAPE, "desc->y.shape[1]",
                          [](Fixture& fx) { fx.f.y.shape = other_t; });
@@ -228,10 +232,16 @@ TEST_CASE("overflowing shapes and strides") {
     expect_forward_fails("N*N overflows", WKV_ERROR_OVERFLOW, "desc->v",
                          [](Fixture& fx) { fx.f.v.shape = huge_n; });
     static const int64_t big_stride[4] = {INT64_MAX / 2, 8, 4, 1};
-    expect_forward_fails("stride overflows", WKV_ERROR_OVERFLOW, "desc->r",
+    expect_forward_fails("stride overflows the bytes", WKV_ERROR_OVERFLOW, "desc->r.strides[0]",
                          [](Fixture& fx) { fx.f.r.strides = big_stride; });
+    static const int64_t sum_stride[4] = {INT64_MAX - 20, 8, 4, 1}; // the sum of the reaches overflows
+    expect_forward_fails("stride overflows the sum", WKV_ERROR_OVERFLOW, "desc->r.strides[0]",
+                         [](Fixture& fx) { fx.f.r.strides = sum_stride; });
+    static const int64_t mul_stride[4] = {8 * 3 * 2 * 4, INT64_MAX / 2 + 8, 4, 1}; // (T-1) * stride overflows
+    expect_forward_fails("stride times the size overflows", WKV_ERROR_OVERFLOW, "desc->k.strides[1]",
+                         [](Fixture& fx) { fx.f.k.strides = mul_stride; });
     static const int64_t min_stride[4] = {INT64_MIN, 8, 4, 1};
-    expect_forward_fails("INT64_MIN stride", WKV_ERROR_OVERFLOW, "desc->r",
+    expect_forward_fails("INT64_MIN stride", WKV_ERROR_OVERFLOW, "desc->r.strides[0]",
                          [](Fixture& fx) { fx.f.r.strides = min_stride; });
     expect_forward_fails("byte_offset overflows", WKV_ERROR_OVERFLOW, "desc->k",
                          [](Fixture& fx) { fx.f.k.byte_offset = UINT64_MAX - 3; });
@@ -489,6 +499,35 @@ TEST_CASE("WKV_BACKEND overrides the choice; a bad value is an error") {
     CHECK(wkv_context_backend(ctx) == WKV_BACKEND_CPU);
     wkv_context_destroy(ctx);
     unsetenv("WKV_BACKEND");
+}
+
+TEST_CASE("WKV_NUM_THREADS: a count 1..1024 is used; anything else is refused, naming the variable") {
+    wkv_context_options o{};
+    o.struct_size = sizeof o;
+    o.backend = WKV_BACKEND_CPU;
+    for (const char* bad : {"-7", "0", "1e20", "99999999999999999999", "4x", "two", "1025"}) {
+        CAPTURE(bad);
+        setenv("WKV_NUM_THREADS", bad, 1);
+        wkv_context* ctx = reinterpret_cast<wkv_context*>(0x1);
+        CHECK(wkv_context_create(&o, &ctx) == WKV_ERROR_INVALID_ARGUMENT);
+        CHECK(ctx == nullptr);
+        CHECK(std::string(wkv_last_error(nullptr)).find(std::string("WKV_NUM_THREADS=") + bad) != std::string::npos);
+        o.cpu_threads = 2; // the caller's count wins: the variable is not read
+        ctx = nullptr;
+        CHECK(wkv_context_create(&o, &ctx) == WKV_OK);
+        wkv_context_destroy(ctx);
+        o.cpu_threads = 0;
+    }
+    setenv("WKV_NUM_THREADS", "3", 1);
+    wkv_context* ctx = nullptr;
+    CHECK(wkv_context_create(&o, &ctx) == WKV_OK);
+    wkv_context_destroy(ctx);
+    unsetenv("WKV_NUM_THREADS");
+}
+
+TEST_CASE("wkv_context_health(NULL) says why") {
+    CHECK(wkv_context_health(nullptr) == WKV_ERROR_NULL_POINTER);
+    CHECK(std::string(wkv_last_error(nullptr)).find("wkv_context_health: ctx is NULL") != std::string::npos);
 }
 
 TEST_CASE("null context") {

@@ -374,10 +374,11 @@ typedef struct wkv_forward_desc {
      * (wkv_workspace_size() of that backward descriptor, in the backward's memory space).
      * When set, the forward also writes into it the state checkpoints the backward needs, and
      * that backward may skip recomputing them (WKV_BACKWARD_REUSE_CHECKPOINTS; see USAGE).
-     * NULL (with size 0) = not training; NULL with a size -> WKV_ERROR_NULL_POINTER. On a
-     * backend that saves checkpoints (see USAGE) it is checked before anything is written: too
-     * small -> WKV_ERROR_WORKSPACE_TOO_SMALL, overlapping a tensor -> WKV_ERROR_ALIASING; a
-     * backend that does not save ignores it. A later backward without the flag, or a forward,
+     * NULL (with size 0) = not training; NULL with a size -> WKV_ERROR_NULL_POINTER. It is
+     * checked on every backend before anything is written: too small ->
+     * WKV_ERROR_WORKSPACE_TOO_SMALL, overlapping a tensor -> WKV_ERROR_ALIASING; a backend that
+     * does not save for this shape (see USAGE) then leaves it untouched and the backward
+     * recomputes. A later backward without the flag, or a forward,
      * that writes into the workspace makes the context forget the checkpoints. (Appended
      * fields: a struct_size without them means NULL, 0.) */
     void* workspace;
