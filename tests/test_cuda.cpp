@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
+
 #include "wkv/wkv.h"
 
 TEST_CASE("cuda: the backend describes itself, with or without a GPU") {
@@ -22,8 +24,17 @@ TEST_CASE("cuda: the backend describes itself, with or without a GPU") {
         // Missing plugin, or the plugin without a usable device: never a crash, always a reason.
         const std::string why = info.reason;
         CHECK((why.find("not found") != std::string::npos ||
+               why.find("no NVIDIA") != std::string::npos ||
                why.find("no CUDA device") != std::string::npos ||
+               why.find("older than") != std::string::npos ||
                why.find("cannot run") != std::string::npos));
+        // A machine without the driver is told so, not that its driver is too old.
+        void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        if (driver)
+            dlclose(driver);
+        else
+            CHECK((why.find("not found") != std::string::npos || why.find("no NVIDIA driver") != std::string::npos));
+        CHECK(why.find("insufficient") == std::string::npos);
         CHECK(info.device_count == 0);
         wkv_context_options o{};
         o.struct_size = sizeof o;

@@ -2,7 +2,7 @@
  *
  * Contract (src/backend.h) and what this file adds to it:
  * - probe() never fails hard: without a driver or a device it reports available = 0 and why
- *   ("no CUDA device: cudaGetDeviceCount: ..."). cudart is linked statically, so the plugin
+ *   ("no NVIDIA driver/GPU found ..."). cudart is linked statically, so the plugin
  *   loads on machines with no CUDA installed at all.
  * - A context owns one non-blocking stream on its device (created at create, destroyed at
  *   destroy). WKV_CONTROL_CUDA_SET_STREAM replaces it with the caller's stream (NULL = the
@@ -38,6 +38,7 @@
  * bfloat16 per tensor, every decay form, any strides, packed sequences, both state orders
  * (RWKV-4: planar or interleaved). Other N return WKV_ERROR_UNSUPPORTED. */
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -73,6 +74,28 @@ constexpr size_t kChunkWsMax = (size_t)1 << 30;
 
 char g_probe_reason[512];
 
+/* Why cudaGetDeviceCount found nothing, in a user's words: the static cudart reports a missing
+ * driver as "driver version is insufficient", which misleads on a machine without any. */
+static void no_device_reason(cudaError_t e, char* out, size_t size) {
+    if (e == cudaErrorInsufficientDriver) {
+        void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        if (!driver) {
+            std::snprintf(out, size, "no NVIDIA driver/GPU found (libcuda.so.1 cannot be loaded)");
+            return;
+        }
+        dlclose(driver);
+        std::snprintf(out, size, "the NVIDIA driver is older than this plugin's CUDA runtime (%s)",
+                      cudaGetErrorString(e));
+        return;
+    }
+    if (e == cudaErrorNoDevice) {
+        std::snprintf(out, size, "no NVIDIA GPU found (the driver is installed; cudaErrorNoDevice)");
+        return;
+    }
+    std::snprintf(out, size, "no CUDA device: cudaGetDeviceCount: %s (%s)", cudaGetErrorName(e),
+                  cudaGetErrorString(e));
+}
+
 void cuda_probe(wkv_backend_info* out) {
     out->available = 0;
     out->device_count = 0;
@@ -87,8 +110,7 @@ void cuda_probe(wkv_backend_info* out) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
-        std::snprintf(g_probe_reason, sizeof g_probe_reason, "no CUDA device: cudaGetDeviceCount: %s (%s)",
-                      cudaGetErrorName(e), cudaGetErrorString(e));
+        no_device_reason(e, g_probe_reason, sizeof g_probe_reason);
         cudaGetLastError();
         return;
     }
@@ -132,7 +154,9 @@ wkv_status cuda_device_info(int32_t index, wkv_device_info* out, wkv_message* ms
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        set_message(msg, "no CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        char why[160];
+        no_device_reason(e, why, sizeof why);
+        set_message(msg, "%s", why);
         return WKV_ERROR_BACKEND_UNAVAILABLE;
     }
     if (index < 0 || index >= count) {
@@ -174,8 +198,9 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count <= 0) {
         cudaGetLastError();
-        set_message(msg, "no CUDA device: cudaGetDeviceCount: %s",
-                    e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        char why[160];
+        no_device_reason(e != cudaSuccess ? e : cudaErrorNoDevice, why, sizeof why);
+        set_message(msg, "%s", why);
         return WKV_ERROR_BACKEND_UNAVAILABLE;
     }
     const int device = args->device_index;
