@@ -40,8 +40,9 @@ report() {  # harness status -> summary lines; returns non-zero on failure
   local execs rate cov
   execs=$(grep -E '^stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2 + 0}' || true)
   rate=$(grep -E '^stat::average_exec_per_sec' "$log" | tail -1 | awk '{print $2 + 0}' || true)
-  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 || true)
-  echo "fuzz $h: rc=$hrc, $execs execs in ${secs}s ($rate/s), $cov, corpus $(ls "$grown" | wc -l) grown + $(ls "tests/fuzz/corpus/$h" | wc -l) seeds"
+  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}' || true)
+  echo "fuzz $h: exit status $hrc; $execs inputs run in ${secs}s ($rate/s); $cov code edges covered;" \
+    "corpus: $(ls "$grown" | wc -l) inputs grown this run + $(ls "tests/fuzz/corpus/$h" | wc -l) committed seeds"
   grep -E 'wkv-fuzz stats|^  (VALID|UNKNOWN|INVALID)' "$log" | sed 's/^/    /' || true
   if [ "$hrc" -ne 0 ]; then
     echo "fuzz $h FAILED; from $log:"

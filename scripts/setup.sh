@@ -1,41 +1,56 @@
 #!/usr/bin/env bash
-# Installs what libwkv needs to build and test on Debian, and nothing that is already there.
-# Idempotent: a second run installs nothing. Run as root (or with sudo available).
+# Installs what libwkv needs on Debian, and nothing that is already there. Idempotent: a second
+# run installs nothing. Run as root (or with sudo available).
+#   scripts/setup.sh demo   what scripts/demo.sh needs: the compiler, CMake, the Vulkan loader's
+#                           headers and the shader tools (about a minute on a fresh machine)
+#   scripts/setup.sh        everything scripts/test.sh needs as well (several minutes the first time)
 set -euo pipefail
+mode=${1:-test}
+case "$mode" in demo|test) ;; *) echo "setup: unknown mode '$mode' (demo or test)" >&2; exit 2;; esac
 
-packages=(cmake g++ make pkg-config doctest-dev)
-# The Vulkan plugin: headers to build it (it loads libvulkan.so.1 at run time), the shader
-# compiler and validator, and for its tests a CPU Vulkan device (Mesa's lavapipe) with the
-# Khronos validation layer.
-packages+=(libvulkan-dev libvulkan1 mesa-vulkan-drivers glslang-tools spirv-tools vulkan-validationlayers)
-# Reliability checks (README.md, "Reliability"): clang with libFuzzer and its sanitizer runtimes
-# (and llvm-symbolizer for readable reports), valgrind, and abigail-tools for the ABI baseline.
-packages+=(clang libclang-rt-dev llvm valgrind abigail-tools)
-# The CPU backend's NEON path, cross-compiled for AArch64 and run under qemu-user (scripts/test.sh).
-packages+=(g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
-
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
   echo "setup: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+}
+pip_install() {  # pip_install <import names> -- <packages>
+  local imports=() 
+  while [ "$1" != "--" ]; do imports+=("$1"); shift; done
+  shift
+  local probe="import $(IFS=,; echo "${imports[*]}")"
+  python3 -c "$probe" >/dev/null 2>&1 && return 0
+  echo "setup: pip installing $*"
+  python3 -m pip install -q "$@" 2>/dev/null || python3 -m pip install -q --break-system-packages "$@"
+}
 
-# Python for the bindings' tests: the python3 on PATH (a system or pyenv one) with numpy,
-# pytest and ml_dtypes from PyPI.
-if ! command -v python3 >/dev/null 2>&1; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3 python3-pip
+# The library, its tools, and the Vulkan plugin: headers to build it (it loads libvulkan.so.1 at
+# run time), the shader compiler and validator.
+packages=(cmake g++ make pkg-config libvulkan-dev libvulkan1 glslang-tools spirv-tools)
+if [ "$mode" = test ]; then
+  # The test framework, and for the Vulkan tests a CPU Vulkan device (Mesa's lavapipe) with the
+  # Khronos validation layer.
+  packages+=(doctest-dev mesa-vulkan-drivers vulkan-validationlayers)
+  # Reliability checks (README.md, "Reliability"): clang with libFuzzer and its sanitizer
+  # runtimes (and llvm-symbolizer for readable reports), valgrind, abigail-tools for the ABI
+  # baseline.
+  packages+=(clang libclang-rt-dev llvm valgrind abigail-tools)
+  # The CPU backend's NEON path, cross-compiled for AArch64 and run under qemu-user.
+  packages+=(g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 fi
-if ! python3 -c "import numpy, pytest, ml_dtypes" >/dev/null 2>&1; then
-  echo "setup: pip installing numpy pytest ml_dtypes"
-  python3 -m pip install -q numpy pytest ml_dtypes 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages numpy pytest ml_dtypes
-fi
+apt_install "${packages[@]}"
+[ "$mode" = test ] || exit 0
+
+# Python for the bindings' tests: the python3 on PATH (a system or pyenv one) with numpy, pytest
+# and ml_dtypes, and torch for the PyTorch integration's tests (autograd, torch.library.opcheck,
+# torch.compile), all from PyPI. torch is large (~3 GB installed); pip keeps its download in its
+# cache (~/.cache/pip), so a second machine set-up does not fetch it again.
+command -v python3 >/dev/null 2>&1 || apt_install python3 python3-pip
+pip_install numpy pytest ml_dtypes -- numpy pytest ml_dtypes
+pip_install torch -- torch

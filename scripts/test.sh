@@ -51,10 +51,13 @@ join() {  # waits for the background step, prints its output, fails with it
 asan_tests() {
   ctest --preset asan -R '^(wkv_tests|wkv_plugin_tests|wkv_plugin_tests_no_driver)$'
   echo "-- the Python suite against build-asan/libwkv.so, libasan preloaded"
-  local libasan
+  # libstdc++ is preloaded too: python is not linked against it, and ASan's __cxa_throw
+  # interceptor aborts on the first C++ exception (torch's) when it is loaded after ASan.
+  local libasan libstdcxx
   libasan=$(gcc -print-file-name=libasan.so)
+  libstdcxx=$(g++ -print-file-name=libstdc++.so.6)
   WKV_LIBRARY=$PWD/build-asan/libwkv.so WKV_GOLDEN_DIR=$PWD/tests/golden PYTHONDONTWRITEBYTECODE=1 \
-    LD_PRELOAD="$libasan" ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1 \
+    LD_PRELOAD="$libasan $libstdcxx" ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     python3 -m pytest -q -p no:cacheprovider bindings/python/tests
 }

@@ -55,7 +55,7 @@
         [[unroll]] for (int q_ = 0; q_ < N / 4; ++q_)                                          \
             B4[((base) >> 2) + q_] = vec4(R(4 * q_), R(4 * q_ + 1), R(4 * q_ + 2), R(4 * q_ + 3)); \
     } else {                                                                                   \
-        WKV_FOR_N(j_) B[(base) + j_] = R(j_); WKV_END                                          \
+        WKV_FOR_N(jr) B[(base) + jr] = R(jr); WKV_END                                          \
     }
 #define WKV_ROW_LOAD(B, B4, base, R)                                                           \
     if (N % 4 == 0) {                                                                          \
@@ -64,7 +64,7 @@
             R(4 * q_) = v_.x; R(4 * q_ + 1) = v_.y; R(4 * q_ + 2) = v_.z; R(4 * q_ + 3) = v_.w;  \
         }                                                                                      \
     } else {                                                                                   \
-        WKV_FOR_N(j_) R(j_) = B[(base) + j_]; WKV_END                                          \
+        WKV_FOR_N(jr) R(jr) = B[(base) + jr]; WKV_END                                          \
     }
 
 // The dtype of a tensor slot. A shader may define WKV_SLOT_DTYPE(slot) before including this

@@ -324,15 +324,23 @@ struct Stats {
         (void)once;
         return s;
     }
+    // One line per verdict: the harness's own reading of wkv.h says the call must run (VALID),
+    // must be refused (INVALID), or either (UNKNOWN); then how many calls returned each status.
     void print() const {
-        fprintf(stderr, "wkv-fuzz stats: %ld inputs skipped (valid but too large)\n", skipped);
+        static const char* names[17] = {};
+#define FZ_STATUS_NAME_(name, value, message) names[value] = #name;
+        WKV_STATUS_LIST(FZ_STATUS_NAME_)
+#undef FZ_STATUS_NAME_
+        fprintf(stderr, "wkv-fuzz stats: %ld inputs skipped (valid but too large to run); per verdict "
+                        "(VALID must run, INVALID must be refused, UNKNOWN either) the calls and the "
+                        "statuses they returned\n", skipped);
         const char* vn[3] = {"VALID", "UNKNOWN", "INVALID"};
         for (int v = 0; v < 3; ++v) {
             long total = 0;
             for (int st = 0; st < 17; ++st) total += calls[v][st];
             fprintf(stderr, "  %-8s %8ld calls:", vn[v], total);
             for (int st = 0; st < 17; ++st)
-                if (calls[v][st]) fprintf(stderr, " %d:%ld", st, calls[v][st]);
+                if (calls[v][st]) fprintf(stderr, " %s %ld", names[st] ? names[st] : "?", calls[v][st]);
             fprintf(stderr, "\n");
         }
     }

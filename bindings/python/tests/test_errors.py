@@ -134,24 +134,6 @@ def test_reuse_checkpoints_without_a_saving_forward(rng):
         wkv.rwkv7(*x.values(), workspace=np.empty(16, np.uint8))
 
 
-def test_unsupported_ops(rng):
-    B, T, H, N = 1, 4, 1, 4
-    x = _x(rng, B, T, H, N)
-    supported = wkv.backend_info("cpu")["ops"]
-    if "rwkv6" not in supported:
-        with _raises(wkv.UnsupportedError, 11, "op RWKV-6 (6) is not implemented"):
-            wkv.rwkv6(x["r"], x["w"], x["k"], x["v"], np.zeros((H, N), np.float32))
-        with _raises(wkv.UnsupportedError, 11, "RWKV-6"):
-            wkv.rwkv6_backward(x["r"], x["w"], x["k"], x["v"], np.zeros((H, N), np.float32), dy=x["v"].copy())
-    if "rwkv4" not in supported:
-        C = 6
-        k = np.zeros((B, T, C), np.float32)
-        with _raises(wkv.UnsupportedError, 11, "op RWKV-4 (4) is not implemented"):
-            wkv.rwkv4(np.zeros(C, np.float32), np.zeros(C, np.float32), k, k.copy())
-    if "rwkv6" in supported and "rwkv4" in supported:
-        pytest.skip("the CPU backend implements every op now")
-
-
 def test_backend_unavailable():
     for name in ("cuda", "vulkan"):
         if not wkv.backend_info(name)["available"]:

@@ -237,15 +237,6 @@ def test_torch_dlpack_producer(rng):
     assert rel(torch.from_numpy(y), torch_reference(x)[0]) < TOL32
 
 
-def test_other_ops_raise_unsupported_until_implemented(rng):
-    if "rwkv6" in wkv.backend_info("cpu")["ops"]:
-        pytest.skip("rwkv6 is implemented")
-    x = inputs(rng, 1, 3, 1, 4, grad=True)
-    u = torch.zeros(1, 4, requires_grad=True)
-    with pytest.raises(wkv.UnsupportedError, match="RWKV-6"):
-        wt.rwkv6(x["r"], x["w"], x["k"], x["v"], u)
-
-
 # ------------------------------------------------------------------------------ CUDA
 
 
