@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer over the CUDA backend (README.md, "Reliability"): memcheck (with its leak
+# compute-sanitizer over the CUDA backend (docs/RELIABILITY.md): memcheck (with its leak
 # check), racecheck, initcheck and synccheck, each over
 #   - wkv_cuda_tests (backends/cuda/tests), the cases in $WKV_SANITIZE_CASES: between them every
 #     kernel (RWKV-7, RWKV-6/5, RWKV-4, forward, backward, reductions), every dtype and decay

@@ -37,7 +37,7 @@ if [ "$mode" = test ]; then
   # The test framework, and for the Vulkan tests a CPU Vulkan device (Mesa's lavapipe) with the
   # Khronos validation layer.
   packages+=(doctest-dev mesa-vulkan-drivers vulkan-validationlayers)
-  # Reliability checks (README.md, "Reliability"): clang with libFuzzer and its sanitizer
+  # Reliability checks (docs/RELIABILITY.md): clang with libFuzzer and its sanitizer
   # runtimes (and llvm-symbolizer for readable reports), valgrind, abigail-tools for the ABI
   # baseline.
   packages+=(clang libclang-rt-dev llvm valgrind abigail-tools)

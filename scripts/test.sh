@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Set up, build, and run every test: the reliability checks (README.md, "Reliability") and then
+# Set up, build, and run every test: the reliability checks (docs/RELIABILITY.md) and then
 # ctest on the release build (the doctest suites, the plugin loader test, the golden files
 # through wkv-bench, the installed-package consumer check, the Python suite, the threading
-# stress test, the exported-symbol and ABI checks), after the float64 numpy specs of planned
-# kernels (backends/cuda/design, backends/cpu/design; pytest, no libwkv needed).
+# stress test, the exported-symbol and ABI checks, the float64 numpy specs of the kernels'
+# formulations in tests/formulations, and BENCHMARKS.md against benchmarks/*.json).
 #
 # Reliability checks, each in its own build directory:
 #   asan      wkv_tests and wkv_plugin_tests (the fault-injection cases included: the preset is a
@@ -165,9 +165,6 @@ if want aarch64; then
   tail -n 4 "$logs/aarch64-neon-blocks.log" "$logs/aarch64-neon-rows.log"
   [ $rc -eq 0 ] || { cat "$logs/aarch64-neon-blocks.log" "$logs/aarch64-neon-rows.log"; echo "aarch64 FAILED"; exit 1; }
 fi
-
-step "design prototypes: numpy specs of planned kernels (backends/cuda/design, backends/cpu/design)"
-python3 -m pytest -q -p no:cacheprovider backends/cuda/design backends/cpu/design
 
 step "ctest (release build)"
 ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"

@@ -1,5 +1,5 @@
 /* RWKV-7 backward in chunks of C = 32 tokens, parallel over time (small batch): NOTES.md
- * "Chunked backward: design", step by step the float64 spec design/rwkv7_chunk_bwd.py (same
+ * "Chunked backward: design", step by step the float64 spec tests/formulations/rwkv7_chunk_bwd.py (same
  * names: W, Aab, Arb, U, dU, dX, dM, ...). CLAMPW, N = 64, unpacked sequences
  * (rwkv7_use_chunked_bwd in cuda_backend.cpp). B3's matrix products run on tensor cores (TF32,
  * 3xTF32 where a tensor is float32; NOTES v21), everything else in fp32 on CUDA cores; each

@@ -1,5 +1,5 @@
 /* The float64 reference of the RWKV-4 WKV recurrence, forward and backward, in the numerically
- * stable (aa, bb, pp) form of ../shared/golden/README.md (Hugging Face transformers'
+ * stable (aa, bb, pp) form of tests/golden/README.md (Hugging Face transformers'
  * rwkv_linear_attention_cpu).
  *
  * Per channel c, with wd = -exp(w[c]) (the per-step decay is exp(-exp(w))), state (aa, bb, pp)

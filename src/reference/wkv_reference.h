@@ -62,7 +62,7 @@ void wkv_ref_rwkv6_backward(const wkv_ref_rwkv6* in, const double* dy, const dou
 #define WKV_REF_RWKV4_PP_EMPTY (-1e38)
 
 /* RWKV-4 per channel c, in the numerically stable (aa, bb, pp) form of
- * ../shared/golden/README.md, with wd = -exp(w[c]) (decay exp(-exp(w))) and ww = u[c] + k_t:
+ * tests/golden/README.md, with wd = -exp(w[c]) (decay exp(-exp(w))) and ww = u[c] + k_t:
  *     q  = max(pp, ww)
  *     y_t = (e^(pp-q) aa + e^(ww-q) v_t) / (e^(pp-q) bb + e^(ww-q))
  *     q2 = max(pp + wd, k_t)

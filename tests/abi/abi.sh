@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ABI checks of libwkv (README.md, "Reliability"), run by ctest:
+# The ABI checks of libwkv (docs/RELIABILITY.md), run by ctest:
 #
 #   abi.sh symbols <libwkv.so> <source dir>
 #       The dynamic symbols libwkv.so defines (nm -D --defined-only) must be exactly

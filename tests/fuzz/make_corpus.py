@@ -5,10 +5,12 @@ The byte layout is the one fuzz_desc.h / fuzz_context.cpp decode (README.md here
 small and named after what it exercises; rerun this script after changing the layout:
 
     python3 tests/fuzz/make_corpus.py        # rewrites the corpus directories
+    python3 tests/fuzz/make_corpus.py DIR    # writes them under DIR instead (ctest compares)
 """
 import os
 import shutil
 import struct
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROLES = ["r", "w", "k", "v", "a", "b", "u", "y", "state_in", "state_out",
@@ -184,8 +186,8 @@ def context_seeds():
     return s
 
 
-def write(name, seeds):
-    d = os.path.join(HERE, "corpus", name)
+def write(name, seeds, root=os.path.join(HERE, "corpus")):
+    d = os.path.join(root, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     for k, v in sorted(seeds.items()):
@@ -195,6 +197,7 @@ def write(name, seeds):
 
 
 if __name__ == "__main__":
-    write("forward", desc_seeds(False))
-    write("backward", desc_seeds(True))
-    write("context", context_seeds())
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "corpus")
+    write("forward", desc_seeds(False), root)
+    write("backward", desc_seeds(True), root)
+    write("context", context_seeds(), root)

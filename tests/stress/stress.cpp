@@ -1,4 +1,4 @@
-// Threading stress test (README.md, "Reliability"): the thread-safety contract of wkv.h under real
+// Threading stress test (docs/RELIABILITY.md): the thread-safety contract of wkv.h under real
 // concurrency. Run by ctest in every build, and under ThreadSanitizer by scripts/test.sh (the
 // tsan preset).
 //

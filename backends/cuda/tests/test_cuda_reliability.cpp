@@ -1,4 +1,4 @@
-// The CUDA backend's failure paths and its NaN/Inf policy (README.md, "Reliability"), on a
+// The CUDA backend's failure paths and its NaN/Inf policy (docs/RELIABILITY.md), on a
 // CUDA device (without one every case says SKIPPED):
 // - fault injection (src/fault.h, builds with WKV_FAULT_INJECTION: scripts/device.sh turns it
 //   on): cudaMalloc failing for the staging scratch and in wkv_buffer_create, the device lost

@@ -1,4 +1,4 @@
-// The Vulkan backend's failure paths and its NaN/Inf policy (README.md, "Reliability"), on
+// The Vulkan backend's failure paths and its NaN/Inf policy (docs/RELIABILITY.md), on
 // whatever Vulkan device there is (lavapipe in CI) with the validation layer on:
 // - fault injection (src/fault.h, builds with WKV_FAULT_INJECTION): out of device memory when
 //   the staging/scratch buffers grow and in wkv_buffer_create, the device lost at vkQueueSubmit

@@ -10,7 +10,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[2] / "bindings" / "python" / "tests"))
+sys.path.insert(0, str(HERE.parents[1] / "bindings" / "python" / "tests"))
 
 import reference as ref  # noqa: E402
 import rwkv6_chunk_bwd as c6  # noqa: E402
@@ -50,7 +50,7 @@ def sequential(r, w, k, v, u, dy, s0, dsT, form):
 
 
 @pytest.mark.parametrize("C", [32, 16, 5])
-@pytest.mark.parametrize("path", sorted((HERE.parents[2] / "tests" / "golden").glob("wkv6_*.safetensors")),
+@pytest.mark.parametrize("path", sorted((HERE.parents[1] / "tests" / "golden").glob("wkv6_*.safetensors")),
                          ids=lambda p: p.stem)
 def test_golden(path, C):
     meta, g = load_golden(path)

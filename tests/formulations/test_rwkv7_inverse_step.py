@@ -12,7 +12,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[2] / "bindings" / "python" / "tests"))
+sys.path.insert(0, str(HERE.parents[1] / "bindings" / "python" / "tests"))
 
 import reference as ref  # noqa: E402
 import rwkv7_inverse_step as inv  # noqa: E402

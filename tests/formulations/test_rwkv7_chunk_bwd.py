@@ -15,7 +15,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[2] / "bindings" / "python" / "tests"))
+sys.path.insert(0, str(HERE.parents[1] / "bindings" / "python" / "tests"))
 
 import reference as ref  # noqa: E402
 import rwkv7_chunk_bwd as cb  # noqa: E402
@@ -135,7 +135,7 @@ def load_golden(path):
                                    dtype=dt[v["dtype"]]).reshape(v["shape"]) for k, v in hdr.items()}
 
 
-@pytest.mark.parametrize("path", sorted((HERE.parents[2] / "tests" / "golden").glob("wkv7_*.safetensors")),
+@pytest.mark.parametrize("path", sorted((HERE.parents[1] / "tests" / "golden").glob("wkv7_*.safetensors")),
                          ids=lambda p: p.stem)
 def test_golden(path):
     meta, g = load_golden(path)

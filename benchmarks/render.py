@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Renders BENCHMARKS.md from the result files in benchmarks/*.json: one table per backend.
+
+    python3 benchmarks/render.py           # rewrites BENCHMARKS.md
+    python3 benchmarks/render.py --check   # exits 1 if BENCHMARKS.md is not what the files give
+
+Every number in the table comes from a result file; ratios are computed here, never typed.
+CI runs --check (ctest: benchmarks_table), so a hand-edited BENCHMARKS.md fails.
+
+A result file is one run on one machine: backend, machine, commit, date, the commands, whether
+the anchor was measured in the same run, and rows. GPU rows: case, shape, dtype, libwkv_us
+(the parts of the case, summed), timer, anchor, anchor_us. CPU rows: op, B, T, H, N, dtype,
+threads, libwkv_us {forward, backward, forward_saving, backward_reusing, forward_decays_in},
+anchor_us {ggml_forward}.
+"""
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks"
+TARGET = ROOT / "BENCHMARKS.md"
+ORDER = ["cuda", "vulkan", "cpu"]
+TITLES = {"cuda": "CUDA plugin", "vulkan": "Vulkan plugin", "cpu": "CPU backend"}
+
+
+def us(x):
+    """A time in microseconds, printed with the unit that reads best."""
+    if x is None:
+        return "—"
+    if x >= 1000:
+        return "%.3g ms" % (x / 1000)
+    return "%.4g µs" % x
+
+
+def ratio(anchor, ours):
+    """How many times faster libwkv is (below 1: slower), from the two medians."""
+    if anchor is None or ours is None:
+        return "—"
+    r = anchor / ours
+    return "**%.2f× faster**" % r if r >= 1 else "%.2f× slower" % (1 / r)
+
+
+def header(doc):
+    same = "measured in the same run" if doc["anchor_same_run"] else "NOT measured in this run"
+    lines = [
+        "Machine: %s. libwkv at %s, %s. Anchors: %s." % (doc["machine"], doc["commit"], doc["date"], same),
+        "",
+        "- libwkv: `%s`" % doc["libwkv_command"],
+    ]
+    if "anchor" in doc:
+        lines.append("- anchor: %s" % doc["anchor"])
+    if "method" in doc:
+        lines.append("- method: %s" % doc["method"])
+    if "timers" in doc:
+        for name, what in doc["timers"].items():
+            lines.append("- timer `%s`: %s" % (name, what))
+    if "same_run_checks" in doc:
+        lines.append("- correctness in the same run: %s" % doc["same_run_checks"])
+    lines.append("- source: %s" % doc["source"])
+    return lines
+
+
+def gpu_table(doc):
+    out = ["| case | shape | dtype | libwkv median | timer | anchor | anchor median | libwkv vs anchor |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        parts = r["libwkv_us"]
+        total = sum(parts.values())
+        cell = us(total)
+        if len(parts) > 1:
+            cell = " + ".join(us(v) for v in parts.values()) + " = **%s**" % us(total)
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["case"], r["shape"], r["dtype"], cell, r["timer"], r["anchor"] or "—",
+            us(r["anchor_us"]), ratio(r["anchor_us"], total)))
+    return out
+
+
+def cpu_table(doc):
+    out = ["| op | B×T | dtype | threads | forward | backward | fwd saving | bwd reusing | bwd reusing ÷ fwd "
+           "| ggml fwd | libwkv fwd vs ggml | fwd, decays in | that vs ggml |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        t, a = r["libwkv_us"], r["anchor_us"]
+        bf = "%.2f×" % (t["backward_reusing"] / t["forward"])
+        out.append("| %s | %d×%d | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["op"], r["B"], r["T"], r["dtype"], r["threads"], us(t["forward"]), us(t["backward"]),
+            us(t["forward_saving"]), us(t["backward_reusing"]), bf, us(a["ggml_forward"]),
+            ratio(a["ggml_forward"], t["forward"]), us(t["forward_decays_in"]),
+            ratio(a["ggml_forward"], t["forward_decays_in"])))
+    return out
+
+
+def render():
+    docs = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["_file"] = path.relative_to(ROOT).as_posix()
+        docs.setdefault(doc["backend"], []).append(doc)
+    out = [
+        "# Benchmarks",
+        "",
+        "<!-- Rendered by benchmarks/render.py from benchmarks/*.json; edit those, not this file. -->",
+        "",
+        "One table per backend, from the result files of the run it shows (each section names its",
+        "file). \"vs anchor\" is the ratio of the two medians: above 1× libwkv is faster. A ratio is",
+        "a measurement only where the anchor was measured in the same run on the same machine; the",
+        "sections say which. Older runs are in git history.",
+    ]
+    for backend in ORDER + sorted(set(docs) - set(ORDER)):
+        for doc in docs.get(backend, []):
+            out += ["", "## %s — %s" % (TITLES.get(backend, backend), doc["_file"]), ""]
+            out += header(doc)
+            out.append("")
+            out += cpu_table(doc) if backend == "cpu" else gpu_table(doc)
+    out += [
+        "",
+        "## How to reproduce",
+        "",
+        "- CPU: `build/tools/wkv-bench/wkv-bench perf --backend cpu --op all --H 32 --N 64 --dtype f32,bf16"
+        " --threads 1,2 --reuse --json` (and `--op rwkv7 --pass forward --decay direct`); the anchor is"
+        " ggml's `ggml_rwkv_wkv7` / `ggml_rwkv_wkv6`, built outside this repository, timed on the same"
+        " shapes in alternating rounds.",
+        "- GPU: `scripts/device.sh` on the GPU machine builds, tests and runs `wkv-bench perf --backend"
+        " cuda|vulkan` and `wkv-cuda-bench`.",
+        "- A new run: put its figures in a `benchmarks/<backend>-<machine>.json` (the fields above),"
+        " delete the file it replaces, and run `python3 benchmarks/render.py`.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def main():
+    text = render()
+    if sys.argv[1:] == ["--check"]:
+        current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
+        if current != text:
+            sys.stderr.write("BENCHMARKS.md differs from what benchmarks/*.json render to: "
+                             "run python3 benchmarks/render.py (and edit the JSON, not the table)\n")
+            return 1
+        print("BENCHMARKS.md matches benchmarks/*.json")
+        return 0
+    if sys.argv[1:]:
+        sys.stderr.write(__doc__)
+        return 2
+    TARGET.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The Python examples run and reach what they claim (examples/python), and the fuzzers' seed
+corpus is what tests/fuzz/make_corpus.py writes: every Python file in the tree is run here or by
+another test."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, SRC
+
+
+def run(script, *args):
+    env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, str(REPO / script), *args], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, "%s failed:\n%s\n%s" % (script, p.stdout, p.stderr)
+    return p.stdout
+
+
+def test_rnn_numpy_decodes_like_one_call():
+    out = run("examples/python/rnn_numpy.py")
+    err = float(re.search(r"max relative difference ([0-9.e+-]+)", out).group(1))
+    assert err < 1e-5, out
+
+
+def test_train_torch_learns():
+    pytest.importorskip("torch", reason="torch is not installed")
+    out = run("examples/python/train_torch.py")
+    first, last = map(float, re.search(r"loss ([0-9.]+) -> ([0-9.]+) in", out).groups())
+    assert last < 0.1 * first, out
+
+
+def test_fuzz_corpus_is_what_make_corpus_writes(tmp_path):
+    run("tests/fuzz/make_corpus.py", str(tmp_path))
+    committed = REPO / "tests" / "fuzz" / "corpus"
+    for name in ("forward", "backward", "context"):
+        ours = sorted(os.listdir(tmp_path / name))
+        assert ours == sorted(os.listdir(committed / name)), name
+        match, mismatch, errors = filecmp.cmpfiles(tmp_path / name, committed / name, ours, shallow=False)
+        assert not mismatch and not errors, (name, mismatch, errors)
