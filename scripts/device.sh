@@ -79,7 +79,7 @@ grep -E "ptxas info *: (Compiling|Used)|spill" "$out/build.log" | sed 's/_ZN8wkv
   tail -18 >>"$summary"
 stamp "build done" | tee -a "$summary"
 bench=$build/tools/wkv-bench/wkv-bench
-cbench=$build/backends/cuda/bench/wkv-cuda-bench
+cbench=$build/tools/wkv-cuda-bench/wkv-cuda-bench
 "$bench" info >>"$summary" 2>&1
 
 # ------------------------------------------------------------------------------- tests

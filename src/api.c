@@ -252,6 +252,8 @@ static wkv_status context_create(const wkv_context_options* options, const void*
     ctx->target.backend = kind;
     ctx->target.device_index = o.device_index;
     ctx->target.ctx = ctx;
+    ctx->target.find_buffer = wkv_context_find_buffer;
+    ctx->target.buffer_is_live = wkv_buffer_is_live;
     ctx->log = o.log;
     ctx->log_user_data = o.log_user_data;
     ctx->log_level = o.log_level;

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "context.h"
 #include "message.h"
 #include "registry.h"
 
@@ -61,6 +60,14 @@ typedef struct checker {
     int name_idx;
     char name[48];
 } checker;
+
+/* The target's device buffers (validate.h, wkv_target). */
+static int find_buffer(const wkv_target* target, const void* ptr, void** handle, uint64_t* size) {
+    return target->ctx && target->find_buffer && target->find_buffer(target->ctx, ptr, handle, size);
+}
+static int buffer_is_live(const wkv_target* target, const void* ptr) {
+    return target->buffer_is_live && target->buffer_is_live(ptr);
+}
 
 /* Names of the tensors, with storage that outlives the spans. */
 static const char* const k_names[WKV_PROBLEM_VIEWS] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
@@ -124,8 +131,7 @@ static int is_buffer_tensor(const wkv_target* target, const wkv_tensor* t) {
     if (type == 0 || t->device.type != type) return 0;
     if (target->backend != WKV_BACKEND_CUDA) return 1;
     /* CUDA: a buffer of this context, or of another one (refused by check_buffer_span) */
-    return (target->ctx && wkv_context_find_buffer(target->ctx, t->data, NULL, NULL)) ||
-           wkv_buffer_is_live(t->data);
+    return find_buffer(target, t->data, NULL, NULL) || buffer_is_live(target, t->data);
 }
 
 /* A tensor in a wkv_buffer: data must be a live buffer of the context, byte_offset a multiple
@@ -135,8 +141,8 @@ static wkv_status check_buffer_span(checker* c, const wkv_tensor* t, int64_t es,
                                     int64_t hi_bytes, wkv_buffer_ref* mem) {
     void* handle = NULL;
     uint64_t size = 0;
-    if (!c->target->ctx || !wkv_context_find_buffer(c->target->ctx, t->data, &handle, &size)) {
-        if (wkv_buffer_is_live(t->data))
+    if (!find_buffer(c->target, t->data, &handle, &size)) {
+        if (buffer_is_live(c->target, t->data))
             return wkv_fail(c->msg, WKV_ERROR_DEVICE_MISMATCH,
                             "%s.data is a wkv_buffer of another context (buffers belong to the "
                             "context that created them)", cname(c));
@@ -773,8 +779,7 @@ static void mem_kind(const wkv_target* target, void* ptr, size_t size, wkv_buffe
     uint64_t bytes = 0;
     memset(mem, 0, sizeof *mem);
     mem->hi = (int64_t)size;
-    if (ptr && target->ctx && buffer_device_type(target->backend) &&
-        wkv_context_find_buffer(target->ctx, ptr, &handle, &bytes)) {
+    if (ptr && buffer_device_type(target->backend) && find_buffer(target, ptr, &handle, &bytes)) {
         mem->buffer = handle;
     } else {
         mem->host = target->backend != WKV_BACKEND_CUDA;
@@ -793,7 +798,7 @@ static wkv_status check_mem(const wkv_target* target, const mem_arg* a, void* pt
     uint64_t bytes = 0;
     mem_kind(target, ptr, size, mem, &bytes);
     if (!mem->buffer) {
-        if (ptr && wkv_buffer_is_live(ptr))
+        if (ptr && buffer_is_live(target, ptr))
             return wkv_fail(msg, WKV_ERROR_DEVICE_MISMATCH, "%s is a wkv_buffer of another context", a->name);
         return check_mem_ptr(a, ptr, size, spans, needed, msg);
     }

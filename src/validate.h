@@ -10,8 +10,14 @@
 typedef struct wkv_target {
     wkv_backend backend;
     int32_t device_index;
-    /* Device buffers: the context whose wkv_buffer objects tensors may refer to (NULL: none). */
+    /* Device buffers: the context whose wkv_buffer objects tensors may refer to (NULL: none),
+     * and how to ask about them (the context's owner fills these in, so that validation needs
+     * nothing of the context's layout): find_buffer is 1 when ptr is a live wkv_buffer of ctx,
+     * with the backend's handle and the buffer's size; buffer_is_live is 1 when ptr is a live
+     * wkv_buffer of any context. Neither dereferences ptr. */
     const wkv_context* ctx;
+    int (*find_buffer)(const wkv_context* ctx, const void* ptr, void** backend_buffer, uint64_t* size);
+    int (*buffer_is_live)(const void* ptr);
 } wkv_target;
 
 /* The byte ranges of every tensor of a call, for the aliasing checks. */

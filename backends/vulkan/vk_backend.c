@@ -17,18 +17,47 @@ static int buffers_only(const wkv_problem* p) {
     return 1;
 }
 
+/* The one place that picks an op's kernels: a call (vk_call) and a guest recording
+ * (wkv_vk_record) both come here. */
+static wkv_status run_op(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg) {
+    if (p->backward)
+        return p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_backward(st, p, msg) : wkv_vk_rwkv7_backward(st, p, msg);
+    return p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_forward(st, p, msg) : wkv_vk_rwkv7_forward(st, p, msg);
+}
+
+/* Guest mode: the op recorded into the host's command buffer, with the recording's own
+ * staging, mirror, scratch, parameters and descriptor pool swapped in. */
+static void swap_record_objects(wkv_vk_state* st) {
+    WKV_VK_SWAP(vkw_buffer, st->staging, st->rec_staging);
+    WKV_VK_SWAP(vkw_buffer, st->mirror, st->rec_mirror);
+    WKV_VK_SWAP(vkw_buffer, st->scratch, st->rec_scratch);
+    WKV_VK_SWAP(vkw_buffer, st->params, st->rec_params);
+    WKV_VK_SWAP(VkDescriptorPool, st->desc_pool, st->rec_desc_pool);
+    WKV_VK_SWAP(uint32_t, st->desc_pool_sets, st->rec_desc_pool_sets);
+}
+
+wkv_status wkv_vk_record(wkv_vk_state* st, void* cmd, const wkv_problem* p, wkv_message* msg) {
+    /* The host's command buffer may run on another queue: our enqueued work first. */
+    wkv_status s = vkw_drain(st, msg);
+    if (s) return s;
+    const VkCommandBuffer own = st->cmd;
+    swap_record_objects(st);
+    st->cmd = (VkCommandBuffer)cmd;
+    st->recording = 1;
+    s = run_op(st, p, msg);
+    st->recording = 0;
+    st->cmd = own;
+    swap_record_objects(st);
+    return s;
+}
+
 static wkv_status vk_call(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg) {
     vkw_prof_enter(st, WKV_VK_PROF_BEGIN);
     st->prof.calls++;
     /* a forward may go into the open command buffer of earlier ones (vk_internal.h, ASYNC CALLS) */
     wkv_status s = vkw_call_begin_append(st, buffers_only(p), p->backward ? 0 : wkv_vk_params_bytes(p), msg);
     vkw_prof_enter(st, WKV_VK_PROF_PLAN);
-    if (s == WKV_OK) {
-        if (p->backward)
-            s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_backward(st, p, msg) : wkv_vk_rwkv7_backward(st, p, msg);
-        else
-            s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_forward(st, p, msg) : wkv_vk_rwkv7_forward(st, p, msg);
-    }
+    if (s == WKV_OK) s = run_op(st, p, msg);
     st->call_async = st->appending = st->batching = 0;
     vkw_prof_enter(st, WKV_VK_PROF_GAP);
     return s;

@@ -251,6 +251,14 @@ static inline int vkw_prof_enter(wkv_vk_state* st, int phase) {
 /* wkv_context_synchronize: prints the calls since the last one (8 or more), starts anew. */
 void vkw_prof_report(wkv_vk_state* st);
 
+/* Swaps two lvalues of type T (the recording objects, async slots). */
+#define WKV_VK_SWAP(T, a, b) \
+    do {                     \
+        T t_ = (a);          \
+        (a) = (b);           \
+        (b) = t_;            \
+    } while (0)
+
 /* vk_device.c */
 void wkv_vk_probe(wkv_backend_info* out);
 int32_t wkv_vk_auto_skip(const char** why);

@@ -204,13 +204,6 @@ wkv_status vkw_resubmit_wait(wkv_vk_state* st, wkv_message* msg) {
 
 /* ------------------------------------------------------------------------ async calls */
 
-#define WKV_VK_SWAP(T, a, b) \
-    do {                     \
-        T t_ = (a);          \
-        (a) = (b);           \
-        (b) = t_;            \
-    } while (0)
-
 /* Makes slot the active one (the active one goes into its place in the ring). */
 static void swap_slot(wkv_vk_state* st, vkw_slot* slot) {
     WKV_VK_SWAP(VkCommandBuffer, st->cmd, slot->cmd);
@@ -602,32 +595,4 @@ wkv_status wkv_vk_buffer_import(wkv_vk_state* st, uint64_t vk_buffer, uint64_t s
     b->imported = 1;
     *out = b;
     return WKV_OK;
-}
-
-
-static void swap_record_objects(wkv_vk_state* st) {
-    WKV_VK_SWAP(vkw_buffer, st->staging, st->rec_staging);
-    WKV_VK_SWAP(vkw_buffer, st->mirror, st->rec_mirror);
-    WKV_VK_SWAP(vkw_buffer, st->scratch, st->rec_scratch);
-    WKV_VK_SWAP(vkw_buffer, st->params, st->rec_params);
-    WKV_VK_SWAP(VkDescriptorPool, st->desc_pool, st->rec_desc_pool);
-    WKV_VK_SWAP(uint32_t, st->desc_pool_sets, st->rec_desc_pool_sets);
-}
-
-wkv_status wkv_vk_record(wkv_vk_state* st, void* cmd, const wkv_problem* p, wkv_message* msg) {
-    /* The host's command buffer may run on another queue: our enqueued work first. */
-    wkv_status s = vkw_drain(st, msg);
-    if (s) return s;
-    const VkCommandBuffer own = st->cmd;
-    swap_record_objects(st);
-    st->cmd = (VkCommandBuffer)cmd;
-    st->recording = 1;
-    if (p->backward)
-        s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_backward(st, p, msg) : wkv_vk_rwkv7_backward(st, p, msg);
-    else
-        s = p->op == WKV_OP_RWKV4 ? wkv_vk_rwkv4_forward(st, p, msg) : wkv_vk_rwkv7_forward(st, p, msg);
-    st->recording = 0;
-    st->cmd = own;
-    swap_record_objects(st);
-    return s;
 }
