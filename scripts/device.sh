@@ -194,7 +194,7 @@ if [ -d "$root/.vk" ]; then
   grep -E '^  (backend|prefill|decode|check) ' "$out/vulkan.log" >>"$summary"
   if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
     # the SM clock every 100 ms while Vulkan is timed: the H100 idles at ~345 MHz and a
-    # Vulkan run timed before it ramps up reads ~5.5x slow (backends/vulkan/NOTES.md, run E)
+    # Vulkan run timed before it ramps up reads ~5.5x slow (backends/vulkan/DESIGN.md, "Measuring")
     nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 >"$out/vulkan_clocks.csv" 2>&1 &
     clk=$!
     vb() { vkrun "$vk/wkv-bench" perf --backend vulkan "$@" --H 32 --N 64 --dtype f32 --repeat 5 --json >>"$perf" 2>>"$out/vulkan.log" ||

@@ -49,7 +49,7 @@
 // (base then is too: every row's offset is a multiple of N from a 16-byte aligned binding).
 // Rows of consecutive threads lie N floats apart, so a warp's scalar access touches 32 separate
 // lines per instruction; as vec4 it takes 4x fewer instructions. The backwards' replay stores
-// were most of their time (RWKV-7 B=8 T=4096: 56 of 95 ms; backends/vulkan/NOTES.md, backward).
+// were most of their time (RWKV-7 B=8 T=4096: 56 of 95 ms; backends/vulkan/DESIGN.md, "Backward").
 #define WKV_ROW_STORE(B, B4, base, R)                                                          \
     if (N % 4 == 0) {                                                                          \
         [[unroll]] for (int q_ = 0; q_ < N / 4; ++q_)                                          \

@@ -44,12 +44,12 @@
  *                                  state row; what a device without subgroup shuffles gets)
  *   WKV_VULKAN_LANES=c, WKV_VULKAN_TC=t   the forwards' lanes per state row (1, 2, 4, 8) and
  *                                  tokens per chunk, overriding the choice by shape (tuning and
- *                                  tests; backends/vulkan/NOTES.md)
+ *                                  tests; backends/vulkan/DESIGN.md)
  *   WKV_VULKAN_BATCH=n             WKV_CONTEXT_ASYNC: at most n forwards share one command
  *                                  buffer (default 64; 1: each has its own; tuning and tests)
  *   WKV_VULKAN_PROFILE=1           where the host's time per call goes: wkv_context_synchronize
  *                                  prints one line to stderr for the calls since the last one
- *                                  (8 or more; backends/vulkan/NOTES.md, decode)
+ *                                  (8 or more; backends/vulkan/DESIGN.md)
  * All of them are read when a context is created.
  *
  * ============================================================================ GUEST MODE

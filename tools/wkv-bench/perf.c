@@ -364,7 +364,7 @@ static wkv_status perf_call(wkv_context* ctx, const wkv_forward_desc* fd, const 
  * under dynamic clocks (NVIDIA's under Vulkan: a CUDA context holds its clocks, a Vulkan
  * device does not) drops to idle clocks and comes back only under sustained load. One warm-up
  * call was not enough: on the H100 the Vulkan forward at B=8 T=4096 then ran 5.5x slower
- * (11.8 ms against 2.14 ms), the ratio of idle to boost clocks (backends/vulkan/NOTES.md). */
+ * (11.8 ms against 2.14 ms), the ratio of idle to boost clocks (backends/vulkan/DESIGN.md, "Measuring"). */
 static const double perf_device_warm_s = 1.0;
 
 /* Calls fd / bd until perf_device_warm_s has passed (GPU backends). */
