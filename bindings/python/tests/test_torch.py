@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: the PyTorch
 
 import wkv  # noqa: E402
 import wkv.torch as wt  # noqa: E402
+import wkv.ops as _ops  # noqa: E402
 import reference as ref  # noqa: E402
 
 TOL32 = 1e-5
@@ -235,6 +236,60 @@ def test_torch_dlpack_producer(rng):
     y, _ = wkv.rwkv7(*(NumpyDLPackOnly(t) for t in x.values()))  # torch's own __dlpack__
     assert type(y) is np.ndarray  # DLPack-only host objects come back as numpy
     assert rel(torch.from_numpy(y), torch_reference(x)[0]) < TOL32
+
+
+def _op_inputs(op, device="cpu"):
+    """Small valid inputs of each op, positional as torch.ops.wkv.<op> takes them."""
+    B, T, H, N = 1, 3, 1, 4
+    g = torch.Generator().manual_seed(0)
+    if op == "rwkv7":
+        x = [torch.rand(B, T, H, N, generator=g) * 0.5 for _ in range(6)]
+        x[1] = x[1] * 0.5 + 0.5  # decays in (0.5, 1): direct form below
+        state = torch.zeros(B, H, N, N)
+    elif op == "rwkv6":
+        x = [torch.rand(B, T, H, N, generator=g) * 0.5 for _ in range(4)] + [torch.rand(H, N, generator=g)]
+        x[1] = x[1] * 0.5 + 0.5
+        state = torch.zeros(B, H, N, N)
+    else:
+        C = H * N
+        x = [torch.rand(C, generator=g), torch.rand(C, generator=g)] + [torch.rand(B, T, C, generator=g) for _ in range(2)]
+        state = torch.zeros(B, 3, C)
+    return [t.to(device) for t in x], state.to(device)
+
+
+@pytest.mark.skipif(not wt.HAS_CUSTOM_OP, reason="needs torch >= 2.4")
+@pytest.mark.parametrize("op", ["rwkv7", "rwkv6", "rwkv4"])
+def test_fake_impl_refuses_what_the_op_refuses(op):
+    fwd, bwd = getattr(torch.ops.wkv, op), getattr(torch.ops.wkv, op + "_backward")
+    decay = _ops.decay_code("test", "direct" if op != "rwkv4" else "exp_neg_exp")
+    x, state = _op_inputs(op)
+    y, s = fwd(*x, state, None, decay, 0, 0)  # the real op runs
+    assert torch.isfinite(y).all() and y.device.type == "cpu"
+    # every tensor meta: the fake runs, shapes and devices as the real op's
+    xm, sm = _op_inputs(op, "meta")
+    ym, smo = fwd(*xm, sm, None, decay, 0, 0)
+    assert ym.device.type == "meta" and ym.shape == y.shape and smo.shape == s.shape
+    g = bwd(*xm, sm, None, torch.empty(y.shape, device="meta"), None, decay, 0, 0)
+    assert [t.shape for t in g] == [t.shape for t in x] + [state.shape]
+    # one meta tensor among CPU tensors, in each position: refused, never an uninitialised result
+    for i in range(len(x)):
+        mixed = list(x)
+        mixed[i] = mixed[i].to("meta")
+        with pytest.raises(wkv.DeviceMismatchError, match="every tensor of a call must be on one device"):
+            fwd(*mixed, state, None, decay, 0, 0)
+        with pytest.raises(wkv.DeviceMismatchError):
+            bwd(*mixed, state, None, torch.ones_like(y), None, decay, 0, 0)
+    with pytest.raises(wkv.DeviceMismatchError, match="state is on meta"):
+        fwd(*x, state.to("meta"), None, decay, 0, 0)
+    # dtypes the real op refuses: a float64 input, a state that is not float32 (meta and real alike)
+    for dev in ("meta", "cpu"):
+        xd, sd = _op_inputs(op, dev)
+        xd[-1] = xd[-1].double()
+        with pytest.raises(wkv.DTypeError):
+            fwd(*xd, sd, None, decay, 0, 0)
+        xd, sd = _op_inputs(op, dev)
+        with pytest.raises(wkv.DTypeError):
+            fwd(*xd, sd.half(), None, decay, 0, 0)
 
 
 # ------------------------------------------------------------------------------ CUDA

@@ -33,7 +33,7 @@ import torch
 
 from . import ops as _ops
 from .context import Context, context_by_id, current_context
-from .errors import InvalidArgumentError
+from .errors import DeviceMismatchError, DTypeError, InvalidArgumentError
 
 __all__ = ["rwkv7", "rwkv6", "rwkv4", "RWKV7Function", "RWKV6Function", "RWKV4Function", "HAS_CUSTOM_OP",
            "custom_ops"]
@@ -126,6 +126,26 @@ _FUNCTIONS = {"rwkv7": RWKV7Function, "rwkv6": RWKV6Function, "rwkv4": RWKV4Func
 custom_ops: dict = {}
 
 
+def _check_fake(spec: _ops.OpSpec, fn: str, tensors: Sequence[torch.Tensor], states: dict,
+                dy: Optional[torch.Tensor] = None) -> None:
+    """What the real op refuses before it runs, refused by its fake (meta) implementation too:
+    tensors on more than one device (one meta tensor among CPU ones would otherwise "run" and
+    return uninitialised memory), a dtype libwkv does not take, a state that is not float32."""
+    named = list(zip(spec.inputs, tensors)) + ([("dy", dy)] if dy is not None else [])
+    first_name, first = named[0]
+    for name, t in named + [(k, t) for k, t in states.items() if t is not None]:
+        if t.device != first.device:
+            raise DeviceMismatchError("%s: %s is on %s but %s is on %s; every tensor of a call must be on one "
+                                      "device" % (fn, name, t.device, first_name, first.device))
+    for name, t in named:
+        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise DTypeError("%s: %s is %s; libwkv takes float32, float16 or bfloat16"
+                             % (fn, name, str(t.dtype).replace("torch.", "")))
+    for name, t in states.items():
+        if t is not None and t.dtype != torch.float32:
+            raise DTypeError("%s: %s is %s; the state is always float32" % (fn, name, str(t.dtype).replace("torch.", "")))
+
+
 def _define_custom_op(spec: _ops.OpSpec) -> None:
     n = len(spec.inputs)
     targs = ", ".join("Tensor " + name for name in spec.inputs)
@@ -151,12 +171,14 @@ def _define_custom_op(spec: _ops.OpSpec) -> None:
         return v.new_empty(shape if shape is not None else (1,), dtype=torch.float32)
 
     def fwd_fake(*args: Any) -> Tuple[torch.Tensor, torch.Tensor]:
-        tensors, seq_offsets, flags = args[:n], args[n + 1], args[n + 3]
+        tensors, state, seq_offsets, flags = args[:n], args[n], args[n + 1], args[n + 3]
+        _check_fake(spec, "wkv.torch." + spec.name, tensors, {"state": state})
         v = tensors[spec.inputs.index("v")]
         return v.new_empty(v.shape), state_like(v, seq_offsets, flags)
 
     def bwd_fake(*args: Any) -> Tuple[torch.Tensor, ...]:
-        tensors, seq_offsets, flags = args[:n], args[n + 1], args[n + 5]
+        tensors, (state, seq_offsets, dy, dstate, _, flags) = args[:n], args[n:n + 6]
+        _check_fake(spec, "wkv.torch.%s_backward" % spec.name, tensors, {"state": state, "dstate": dstate}, dy)
         v = tensors[spec.inputs.index("v")]
         return (*(t.new_empty(t.shape) for t in tensors), state_like(v, seq_offsets, flags))
 
