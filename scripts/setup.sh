@@ -20,12 +20,8 @@ apt_install() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
-pip_install() {  # pip_install <import names> -- <packages>
-  local imports=() 
-  while [ "$1" != "--" ]; do imports+=("$1"); shift; done
-  shift
-  local probe="import $(IFS=,; echo "${imports[*]}")"
-  python3 -c "$probe" >/dev/null 2>&1 && return 0
+pip_install() {  # pip_install <packages>: each package imports under its own name
+  python3 -c "import $(IFS=,; echo "$*")" >/dev/null 2>&1 && return 0
   echo "setup: pip installing $*"
   python3 -m pip install -q "$@" 2>/dev/null || python3 -m pip install -q --break-system-packages "$@"
 }
@@ -52,5 +48,5 @@ apt_install "${packages[@]}"
 # torch.compile), all from PyPI. torch is large (~3 GB installed); pip keeps its download in its
 # cache (~/.cache/pip), so a second machine set-up does not fetch it again.
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-pip
-pip_install numpy pytest ml_dtypes -- numpy pytest ml_dtypes
-pip_install torch -- torch
+pip_install numpy pytest ml_dtypes
+pip_install torch

@@ -31,6 +31,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
 
+from . import _tensors
 from . import ops as _ops
 from .context import Context, context_by_id, current_context
 from .errors import DeviceMismatchError, DTypeError, InvalidArgumentError
@@ -131,6 +132,9 @@ def _check_fake(spec: _ops.OpSpec, fn: str, tensors: Sequence[torch.Tensor], sta
     """What the real op refuses before it runs, refused by its fake (meta) implementation too:
     tensors on more than one device (one meta tensor among CPU ones would otherwise "run" and
     return uninitialised memory), a dtype libwkv does not take, a state that is not float32."""
+    def dtype_name(t: torch.Tensor) -> str:
+        return str(t.dtype).replace("torch.", "")
+
     named = list(zip(spec.inputs, tensors)) + ([("dy", dy)] if dy is not None else [])
     first_name, first = named[0]
     for name, t in named + [(k, t) for k, t in states.items() if t is not None]:
@@ -138,12 +142,11 @@ def _check_fake(spec: _ops.OpSpec, fn: str, tensors: Sequence[torch.Tensor], sta
             raise DeviceMismatchError("%s: %s is on %s but %s is on %s; every tensor of a call must be on one "
                                       "device" % (fn, name, t.device, first_name, first.device))
     for name, t in named:
-        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise DTypeError("%s: %s is %s; libwkv takes float32, float16 or bfloat16"
-                             % (fn, name, str(t.dtype).replace("torch.", "")))
+        if _tensors.torch_code(t.dtype) not in _tensors.SUPPORTED:
+            raise DTypeError("%s: %s is %s; libwkv takes float32, float16 or bfloat16" % (fn, name, dtype_name(t)))
     for name, t in states.items():
         if t is not None and t.dtype != torch.float32:
-            raise DTypeError("%s: %s is %s; the state is always float32" % (fn, name, str(t.dtype).replace("torch.", "")))
+            raise DTypeError("%s: %s is %s; the state is always float32" % (fn, name, dtype_name(t)))
 
 
 def _define_custom_op(spec: _ops.OpSpec) -> None:
