@@ -20,8 +20,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks"
 TARGET = ROOT / "BENCHMARKS.md"
-ORDER = ["cuda", "vulkan", "cpu"]
-TITLES = {"cuda": "CUDA plugin", "vulkan": "Vulkan plugin", "cpu": "CPU backend"}
+ORDER = ["cuda", "vulkan", "cpu", "model-cuda", "model-cpu"]
+TITLES = {"cuda": "CUDA plugin", "vulkan": "Vulkan plugin", "cpu": "CPU backend",
+          "model-cuda": "RWKV-7 model (wkv.model), CUDA", "model-cpu": "RWKV-7 model (wkv.model), CPU"}
 
 
 def us(x):
@@ -57,7 +58,10 @@ def header(doc):
             lines.append("- timer `%s`: %s" % (name, what))
     if "same_run_checks" in doc:
         lines.append("- correctness in the same run: %s" % doc["same_run_checks"])
-    lines.append("- source: %s" % doc["source"])
+    if "note" in doc:
+        lines.append("- note: %s" % doc["note"])
+    if "source" in doc:
+        lines.append("- source: %s" % doc["source"])
     return lines
 
 
@@ -91,6 +95,21 @@ def cpu_table(doc):
     return out
 
 
+def model_table(doc):
+    """wkv.model's tokens/s beside the rwkv package's (higher is better)."""
+    out = ["| model shape | dtype | prefill | libwkv tok/s | anchor tok/s | libwkv vs anchor | decode tok/s "
+           "| anchor decode tok/s | libwkv vs anchor | op share prefill / decode |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        out.append("| %s (%d layers, C=%d) | %s | %d tokens | %.1f | %.1f | %s | %.1f | %.1f | %s | %.0f%% / %.0f%% |" % (
+            r["size"], r["n_layer"], r["n_embd"], r["dtype"], r["prefill_tokens"], r["libwkv_prefill_tok_s"],
+            r["anchor_prefill_tok_s"], ratio(1 / r["anchor_prefill_tok_s"], 1 / r["libwkv_prefill_tok_s"]),
+            r["libwkv_decode_tok_s"], r["anchor_decode_tok_s"],
+            ratio(1 / r["anchor_decode_tok_s"], 1 / r["libwkv_decode_tok_s"]),
+            100 * r["op_share_prefill"], 100 * r["op_share_decode"]))
+    return out
+
+
 def render():
     docs = {}
     for path in sorted(RESULTS.glob("*.json")):
@@ -112,7 +131,8 @@ def render():
             out += ["", "## %s — %s" % (TITLES.get(backend, backend), doc["_file"]), ""]
             out += header(doc)
             out.append("")
-            out += cpu_table(doc) if backend == "cpu" else gpu_table(doc)
+            table = {"cpu": cpu_table, "model-cpu": model_table, "model-cuda": model_table}.get(backend, gpu_table)
+            out += table(doc)
     out += [
         "",
         "## How to reproduce",
@@ -123,6 +143,9 @@ def render():
         " shapes in alternating rounds.",
         "- GPU: `scripts/device.sh` on the GPU machine builds, tests and runs `wkv-bench perf --backend"
         " cuda|vulkan` and `wkv-cuda-bench`.",
+        "- Model: `WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src python3"
+        " benchmarks/model_bench.py --sizes 0.1b --device cpu --out benchmarks/model-cpu-zen4.json`"
+        " (needs torch and the rwkv package, the anchor, in the same process).",
         "- A new run: put its figures in a `benchmarks/<backend>-<machine>.json` (the fields above),"
         " delete the file it replaces, and run `python3 benchmarks/render.py`.",
         "",

@@ -26,4 +26,15 @@ if ! {
 fi
 build-demo/tools/wkv-bench/wkv-bench demo "$@"
 echo
+# An RWKV-7 language model (random weights, 4 layers, width 256) generating through libwkv, when
+# this python3 has torch (the test set-up installs it; the demo does not: it is gigabytes).
+if python3 -c "import torch" >/dev/null 2>&1; then
+  echo "demo: an untrained RWKV-7 model (wkv.model) generating through libwkv:"
+  WKV_LIBRARY=$PWD/build-demo/libwkv.so PYTHONPATH=$PWD/bindings/python/src \
+    python3 -m wkv.model generate --random-init small --tokenizer bytes --tokens 64 --seed 1
+else
+  echo "demo: for an RWKV-7 model generating through libwkv: pip install torch, then"
+  echo "  WKV_LIBRARY=build-demo/libwkv.so PYTHONPATH=bindings/python/src python3 -m wkv.model generate --random-init small"
+fi
+echo
 build-demo/tools/wkv-bench/wkv-bench info
