@@ -115,6 +115,20 @@ def bench_rwkv(path, strategy, prompt, decode, repeats, device):
     return statistics.median(pre), statistics.median(dec)
 
 
+def bench_c(binary, path, prompt, decode, repeats):
+    """The C example (examples/rwkv7_model) on the same weights: its printed tokens/s, medians."""
+    import re
+
+    pre, dec = [], []
+    for _ in range(repeats):
+        out = subprocess.run([binary, path, "--tokens", ",".join(map(str, prompt)), "--generate", str(decode + 1)],
+                             capture_output=True, text=True, check=True).stdout
+        m = re.search(r"prefill: .*\(([\d.]+) tokens/s\); decode: .*\(([\d.]+) tokens/s\)", out)
+        pre.append(float(m.group(1)))
+        dec.append(float(m.group(2)))
+    return statistics.median(pre), statistics.median(dec)
+
+
 def machine() -> str:
     try:
         name = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")][0]
@@ -132,6 +146,7 @@ def main() -> int:
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--c-example", help="also run this build of examples/rwkv7_model on the same weights")
     ap.add_argument("--out", help="write the result file here (JSON)")
     args = ap.parse_args()
     import rwkv
@@ -145,12 +160,19 @@ def main() -> int:
             path = os.path.join(d, "model.pth")
             torch.save(model.state_dict(), path)
             ours = bench_ours(model, prompt, args.decode, args.repeats, args.device)
+            c_rates = None
+            if args.c_example:
+                st_path = os.path.join(d, "model.safetensors")
+                wm.save_safetensors(model.state_dict(), st_path)
+                c_rates = bench_c(args.c_example, st_path, prompt, args.decode, args.repeats)
             del model
             theirs = bench_rwkv(path, "%s fp32" % args.device, prompt, args.decode, args.repeats, args.device)
         row = {"size": size, "n_layer": n_layer, "n_embd": n_embd, "dtype": "fp32", "prefill_tokens": args.prefill,
                "libwkv_prefill_tok_s": args.prefill / ours[0], "libwkv_decode_tok_s": 1.0 / ours[1],
                "op_share_prefill": ours[2], "op_share_decode": ours[3],
                "anchor_prefill_tok_s": args.prefill / theirs[0], "anchor_decode_tok_s": 1.0 / theirs[1]}
+        if c_rates:
+            row.update(c_example_prefill_tok_s=c_rates[0], c_example_decode_tok_s=c_rates[1])
         rows.append(row)
         print(json.dumps(row), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

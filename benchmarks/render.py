@@ -107,6 +107,12 @@ def model_table(doc):
             r["libwkv_decode_tok_s"], r["anchor_decode_tok_s"],
             ratio(1 / r["anchor_decode_tok_s"], 1 / r["libwkv_decode_tok_s"]),
             100 * r["op_share_prefill"], 100 * r["op_share_decode"]))
+        if "c_example_prefill_tok_s" in r:
+            c_pre, c_dec = r["c_example_prefill_tok_s"], r["c_example_decode_tok_s"]
+            out.append("| %s, C example (examples/rwkv7_model) | %s | %d tokens | %.1f | %.1f | %s | %.1f | %.1f | %s | — |" % (
+                r["size"], r["dtype"], r["prefill_tokens"], c_pre, r["anchor_prefill_tok_s"],
+                ratio(1 / r["anchor_prefill_tok_s"], 1 / c_pre), c_dec, r["anchor_decode_tok_s"],
+                ratio(1 / r["anchor_decode_tok_s"], 1 / c_dec)))
     return out
 
 

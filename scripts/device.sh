@@ -207,7 +207,7 @@ if [ -d "$root/.vk" ]; then
     vb --B 8 --T 4096 --pass backward --repeat 3
     vb --op rwkv6 --B 8 --T 4096
     # where the forward's per-token cost jumps with the tensors' footprint (backends/vulkan/
-    # NOTES.md, "Where B=8 T=4096 goes"): the knee in B at T=4096 and in T at B=8
+    # DESIGN.md, Forward): the knee in B at T=4096 and in T at B=8
     vb --B 2,4 --T 4096 --pass forward
     vb --B 8 --T 1024,2048 --pass forward
     kill "$clk" 2>/dev/null

@@ -37,6 +37,9 @@ if [ "$mode" = test ]; then
   # runtimes (and llvm-symbolizer for readable reports), valgrind, abigail-tools for the ABI
   # baseline.
   packages+=(clang libclang-rt-dev llvm valgrind abigail-tools)
+  # OpenBLAS for the C RWKV-7 model example's prefill products (examples/rwkv7_model; it falls
+  # back to plain loops without it).
+  packages+=(libopenblas-dev)
   # The CPU backend's NEON path, cross-compiled for AArch64 and run under qemu-user.
   packages+=(g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 fi

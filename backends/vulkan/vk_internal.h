@@ -101,7 +101,7 @@ typedef struct vkw_replay_key {
  *   What a step costs the GPU depends on how calls are packed: on NVIDIA's driver (H100) a
  * decode step costs ~8 us when steps follow each other inside one command buffer, ~17 us when
  * each is a command buffer of its own, ~22 us when each is also a submission of its own
- * (NOTES.md, async calls). So:
+ * (DESIGN.md, async calls). So:
  *   - a forward made while the GPU is busy is recorded into the active slot's command buffer,
  *     which stays open (WKV_VK_OPEN) for the next forwards, up to batch_max calls and as long
  *     as the slot's descriptor pool and parameter block have room (each call has its own set
@@ -137,7 +137,7 @@ typedef struct vkw_slot {
 
 /* WKV_VULKAN_PROFILE=1: where a call's host time goes. The host's time is split into exclusive
  * phases (vkw_prof_enter switches phase); wkv_context_synchronize after 8 or more calls prints
- * the calls since the previous synchronize as one line to stderr (NOTES.md, decode). Off: one
+ * the calls since the previous synchronize as one line to stderr (DESIGN.md, decode). Off: one
  * branch per phase switch. */
 enum { WKV_VK_PROF_IDLE, WKV_VK_PROF_GAP, WKV_VK_PROF_BEGIN, WKV_VK_PROF_WAIT, WKV_VK_PROF_PLAN,
        WKV_VK_PROF_RECORD, WKV_VK_PROF_POLL, WKV_VK_PROF_SUBMIT, WKV_VK_PROF_SYNC, WKV_VK_PROF_PHASES };

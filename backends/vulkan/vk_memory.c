@@ -161,7 +161,7 @@ wkv_status vkw_submit_wait_reads(wkv_vk_state* st, int host_reads, wkv_message* 
 
 /* Waits for fence and resets it. A GPU's driver may put a blocking vkWaitForFences to sleep
  * and wake it well after the fence signals (NVIDIA's: 22 us of a 61 us decode call on the
- * H100, NOTES.md), which is most of a decode step's time. So on a GPU the wait spins on the
+ * H100, DESIGN.md), which is most of a decode step's time. So on a GPU the wait spins on the
  * fence status, as CUDA's default synchronisation does; on a CPU implementation (lavapipe)
  * spinning would take a core from the threads doing the work, so it blocks.
  * WKV_VULKAN_SPIN=0|1 overrides. */

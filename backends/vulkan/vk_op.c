@@ -264,7 +264,7 @@ void wkv_vk_write_set(wkv_vk_state* st, int kernel, VkDescriptorSet set, const o
 /* Starts the command buffer: staging -> mirror, then a barrier before the shaders. */
 wkv_status wkv_vk_record_upload(wkv_vk_state* st, const op_plan* op, wkv_message* msg) {
     /* Recording with nothing to copy: the host's barrier before the op (wkv_vulkan.h) is all
-     * the dispatches need, so no barrier of ours (each costs microseconds: NOTES.md, decode). */
+     * the dispatches need, so no barrier of ours (each costs microseconds: DESIGN.md, decode). */
     if (st->recording && op->total == 0) return WKV_OK;
     wkv_status s = vkw_begin(st, msg);
     if (s) return s;
@@ -288,7 +288,7 @@ wkv_status wkv_vk_finish_and_download(wkv_vk_state* st, const op_plan* op, wkv_m
         c[n].size = sp->range;
         ++n;
     }
-    if (n) { /* only then: a barrier costs microseconds (NOTES.md, decode) */
+    if (n) { /* only then: a barrier costs microseconds (DESIGN.md, decode) */
         vkw_barrier(st, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                     VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
         st->fn.vkCmdCopyBuffer(st->cmd, st->mirror.buffer, st->staging.buffer, n, c);

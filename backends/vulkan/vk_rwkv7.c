@@ -78,7 +78,7 @@ int wkv_vk_env_knob(const char* name) {
  * shuffle level per reduction and doubling); with many items one lane per row keeps the
  * arithmetic minimal. Decode (a few tokens) is the state's load and store: 8 lanes make each
  * row's 16-byte loads one contiguous 128-byte line. Thresholds (threads = items x N) were
- * set on the H100 (NOTES.md); at least N/64
+ * set on the H100 (DESIGN.md); at least N/64
  * lanes so that a lane holds at most 64 state floats in registers; at most the subgroup size
  * and the workgroup limits. WKV_VULKAN_LANES forces C (tests, tuning). Tokens per chunk TC:
  * about 8 x C (about 8 staged values per vector per invocation), within shared memory, no

@@ -1,6 +1,6 @@
 """RWKV-6/5 forward and backward in chunks of C tokens, float64 numpy: rwkv7_chunk_bwd.py without
-the a b^T term (no triangular solves, no sa rows U, no W) plus the bonus u (NOTES.md, "Chunked
-backward: design", RWKV-6/5). Per head, value-major S, per token t:
+the a b^T term (no triangular solves, no sa rows U, no W) plus the bonus u (the chunked
+backward in backends/cuda/DESIGN.md, RWKV-6/5's variant). Per head, value-major S, per token t:
     y_t = (S_{t-1} + v_t (u o k_t)^T) r_t,    S_t = S_{t-1} diag(d_t) + v_t k_t^T.
 Inside a chunk with entry state S_e (decays as in rwkv7_chunk_bwd.decays):
     A[t,s] = sum_j r_t k_s e^(G_{t-1} - G_s) (s < t),  beta_t = sum_j r_t u k_t,  Rp = R o e^Gp,

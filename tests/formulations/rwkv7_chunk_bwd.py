@@ -1,5 +1,5 @@
 """RWKV-7 forward and backward in chunks of C tokens, float64 numpy: the spec of the chunked CUDA
-backward (backends/cuda/NOTES.md, "Chunked backward: design"). Each function below is one step
+backward (backends/cuda/DESIGN.md, "RWKV-7 backward"). Each function below is one step
 of that design; the kernels are checked against it, and it is checked against the sequential
 float64 reference (bindings/python/tests/reference.py) by test_rwkv7_chunk_bwd.py.
 

@@ -1,5 +1,5 @@
 """RWKV-7 forward, CLAMPW decays, in the scaled form: a float32 numpy model of a planned CPU kernel
-(backends/cpu/NOTES.md, "Where this increment leaves issue 4", item 6), checked against the float64
+(backends/cpu/DESIGN.md, RWKV-7 forward: the scaled CLAMPW form), checked against the float64
 reference by test_rwkv7_clampw_scaled.py.
 
 The sequential forward spends five vector operations per state element and token: sa = S a (one

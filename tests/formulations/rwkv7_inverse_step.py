@@ -1,6 +1,6 @@
 """Why the RWKV-7 backward replays instead of stepping back: a float32 numpy model of both ways of
 getting the states S_{t-1} a backward needs, checked against the float64 reference by
-test_rwkv7_inverse_step.py (backends/cuda/NOTES.md, "Where the time goes now").
+test_rwkv7_inverse_step.py (backends/cuda/DESIGN.md, "The training step against BlinkDL's kernel").
 
 The B = 8 training anchor's backward keeps no replay: its forward saves the state every K = 16
 tokens and sa_t = S_{t-1} a_t for every token, and its backward walks each K tokens back from the

@@ -289,3 +289,56 @@ def test_cli_generates_and_reports_speed(tmp_path):
     out = subprocess.run([sys.executable, "-m", "wkv.model", "generate", "--weights", str(bad)],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 1 and "bad.safetensors" in out.stderr and "Traceback" not in out.stderr
+
+
+# ------------------------------------------------------------------------------ the C example
+
+C_EXAMPLE = os.environ.get("WKV_RWKV7_MODEL_EXAMPLE")  # set by ctest when examples are built
+needs_c_example = pytest.mark.skipif(not C_EXAMPLE, reason="WKV_RWKV7_MODEL_EXAMPLE is not set (ctest sets it to "
+                                                           "the built examples/rwkv7_model binary)")
+
+
+def _run_c(*args):
+    return subprocess.run([C_EXAMPLE, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@needs_c_example
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_c_example_prints_the_python_models_tokens(tmp_path, rng, seed, dtype):
+    model = wm.random_init(config(head_size=32), seed=seed, dtype=dtype)
+    path = tmp_path / "m.safetensors"
+    wm.save_safetensors(model.state_dict(), path)
+    model = model.float()  # the C example converts the weights to float32 at load
+    prompt = rng.integers(0, 256, 33).tolist()
+    out = _run_c(path, "--tokens", ",".join(map(str, prompt)), "--generate", 12)
+    assert out.returncode == 0, out.stderr
+    lines = {ln.split(":", 1)[0]: ln.split(":", 1)[1].split() for ln in out.stdout.splitlines() if ":" in ln}
+    with torch.no_grad():
+        logits, _ = model(torch.tensor([prompt]), last_only=True)
+    c_logits = torch.tensor([float(v) for v in lines["logits"]])
+    assert rel_rms(c_logits, logits[0, -1, :8]) <= 1e-4
+    g = wm.generate(model, prompt, 12, temperature=0)
+    assert [int(t) for t in lines["tokens"]] == g.tokens
+
+
+@needs_c_example
+def test_c_example_names_the_bad_key_and_exits_1(tmp_path, seed):
+    model = wm.random_init(config(n_layer=2), seed=seed)
+    sd = dict(model.state_dict())
+    sd.pop("blocks.1.att.a0")
+    path = tmp_path / "missing.safetensors"
+    wm.save_safetensors(sd, path)
+    out = _run_c(path)
+    assert out.returncode == 1 and "missing key 'blocks.1.att.a0'" in out.stderr
+    sd = dict(model.state_dict(), **{"blocks.0.att.w1": torch.zeros(128, 3)})  # a rank that disagrees with w2
+    wm.save_safetensors(sd, path)
+    out = _run_c(path)
+    assert out.returncode == 1 and "blocks.0.att.w2" in out.stderr, out.stderr
+    raw = (tmp_path / "missing.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(raw[:len(raw) // 2])
+    out = _run_c(tmp_path / "cut.safetensors")
+    assert out.returncode == 1 and "cut.safetensors" in out.stderr
+    out = _run_c(tmp_path / "absent.safetensors")
+    assert out.returncode == 1
+    out = _run_c(path, "--tokens", "1,x")
+    assert out.returncode == 2

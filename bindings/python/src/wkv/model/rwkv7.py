@@ -213,8 +213,9 @@ class RWKV7Model(nn.Module):
     """The RWKV-7 language model: embedding, ``n_layer`` :class:`RWKV7Block`, ln_out, head.
 
     ``model(tokens, state)`` takes token ids [B, T] (or [T]) and an optional
-    :class:`RWKV7State` (zeros when None) → ``(logits [B, T, vocab], state)``; the returned state
-    continues the sequence. ``last_only=True`` computes the head for the last token only (what
+    :class:`RWKV7State` (zeros when None) → ``(logits [B, T, vocab], state)``. The state passed
+    in is advanced and returned (like the ``rwkv`` package's state list; without autograd its
+    WKV tensors are stepped in place): ``state.clone()`` first to keep the old one. ``last_only=True`` computes the head for the last token only (what
     prefill before decoding needs). Build from weights with :func:`wkv.model.load` or
     :meth:`from_state_dict`, or untrained with :func:`wkv.model.random_init`."""
 
