@@ -20,9 +20,10 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks"
 TARGET = ROOT / "BENCHMARKS.md"
-ORDER = ["cuda", "vulkan", "cpu", "model-cuda", "model-cpu"]
+ORDER = ["cuda", "vulkan", "cpu", "model-cuda", "model-cpu", "python-cuda", "python-cpu"]
 TITLES = {"cuda": "CUDA plugin", "vulkan": "Vulkan plugin", "cpu": "CPU backend",
-          "model-cuda": "RWKV-7 model (wkv.model), CUDA", "model-cpu": "RWKV-7 model (wkv.model), CPU"}
+          "model-cuda": "RWKV-7 model (wkv.model), CUDA", "model-cpu": "RWKV-7 model (wkv.model), CPU",
+          "python-cuda": "Python call overhead, CUDA tensors", "python-cpu": "Python call overhead, CPU"}
 
 
 def us(x):
@@ -116,6 +117,15 @@ def model_table(doc):
     return out
 
 
+def python_table(doc):
+    """A wkv call from Python against the same C call: the difference is the package's cost."""
+    out = ["| case | shape | Python call | the C call alone | Python overhead |", "|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        out.append("| %s | %s | %s | %s | **%s** |" % (r["case"], r["shape"], us(r["python_us"]), us(r["c_us"]),
+                                                      us(r["python_us"] - r["c_us"])))
+    return out
+
+
 def render():
     docs = {}
     for path in sorted(RESULTS.glob("*.json")):
@@ -137,7 +147,8 @@ def render():
             out += ["", "## %s — %s" % (TITLES.get(backend, backend), doc["_file"]), ""]
             out += header(doc)
             out.append("")
-            table = {"cpu": cpu_table, "model-cpu": model_table, "model-cuda": model_table}.get(backend, gpu_table)
+            table = {"cpu": cpu_table, "model-cpu": model_table, "model-cuda": model_table,
+                     "python-cpu": python_table, "python-cuda": python_table}.get(backend, gpu_table)
             out += table(doc)
     out += [
         "",
@@ -152,6 +163,8 @@ def render():
         "- Model: `WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src python3"
         " benchmarks/model_bench.py --sizes 0.1b --device cpu --out benchmarks/model-cpu-zen4.json`"
         " (needs torch and the rwkv package, the anchor, in the same process).",
+        "- Python overhead: `WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src python3"
+        " benchmarks/python_overhead.py --out benchmarks/python-cpu-zen4.json`.",
         "- A new run: put its figures in a `benchmarks/<backend>-<machine>.json` (the fields above),"
         " delete the file it replaces, and run `python3 benchmarks/render.py`.",
         "",

@@ -24,7 +24,7 @@ import importlib
 from ctypes import POINTER, byref, c_int64, c_size_t, cast, pointer, sizeof
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _lib
+from . import _fast, _lib
 from ._lib import (
     DECAY_CODES,
     DECAY_NAMES,
@@ -293,7 +293,11 @@ def _want_autograd(objs: Sequence[Any]) -> bool:
     torch = torch_module()
     if torch is None or not torch.is_grad_enabled():
         return False
-    return any(is_torch_tensor(o) and o.requires_grad for o in objs)
+    tensor = torch.Tensor
+    for o in objs:  # a plain loop: this runs on every call (the fast path's budget is ~15 µs)
+        if isinstance(o, tensor) and o.requires_grad:
+            return True
+    return False
 
 
 # ------------------------------------------------------------------------------ the engine
@@ -309,6 +313,12 @@ def forward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], state: Any = None,
     ``reuse_checkpoints=True``; with `scratch`, the forward's temporary memory is the caller's."""
     decay_c = decay_code(fn, spec.default_decay if decay is None else decay)
     flags = layout_flags(spec, fn, state_layout or spec.layouts[0])
+    if seq_offsets is None and workspace is None and scratch is None and not convert and dtype is None \
+            and not poison and _fast.host_array(inputs.get("v")):
+        done = _fast.forward(spec, inputs, state, decay_c, flags, out, state_out,
+                             resolve_context(context, (WKV_DEVICE_CPU, 0)), _state_shape, load())
+        if done is not None:
+            return WkvOutput(*done)
     bf16 = _bf16(fn, dtype)
     named = [(n, inputs.get(n)) for n in spec.inputs] + [("state", state), ("out", out), ("state_out", state_out)]
     kind, device = _plan(fn, named, inputs.get("v"))
