@@ -164,7 +164,7 @@ def test_float64_is_refused_by_the_library_unless_convert(rng):
     x = ref.random_inputs(rng, 1, 4, 1, 4, dtype=np.float64)
     with pytest.raises(wkv.DTypeError) as e:
         wkv.rwkv7(*x.values())
-    assert "desc->r.dtype (code 2, bits 64" in e.value.message  # the library's own message
+    assert "r.dtype float64" in e.value.message and "desc->r.dtype (code 2, bits 64" in e.value.library_message  # the library's own message
     y, s = wkv.rwkv7(*x.values(), convert=True)
     assert y.dtype == np.float32
     check_forward((y, s), ref.rwkv7_forward(*x.values()))
@@ -208,8 +208,8 @@ def test_bfloat16_as_uint16_bits(rng):
     x = ref.random_inputs(rng, B, T, H, N)
     bits = {n: _to_bf16_bits(a) for n, a in x.items()}
     rounded = {n: _from_bf16_bits(b) for n, b in bits.items()}
-    with pytest.raises(wkv.DTypeError, match=r"desc->r\.dtype \(code 1, bits 16"):
-        wkv.rwkv7(*bits.values())  # uint16 without dtype="bf16" is just uint16: refused
+    with pytest.raises(wkv.DTypeError, match=r"wkv\.rwkv7: r\.dtype uint16 .*pass dtype='bf16', or use ml_dtypes"):
+        wkv.rwkv7(*bits.values())  # uint16 without dtype="bf16" is just uint16: refused, with the hint
     y, s = wkv.rwkv7(*bits.values(), dtype="bf16")
     assert y.dtype == np.uint16 and s.dtype == np.float32
     check_forward((_from_bf16_bits(y), s), ref.rwkv7_forward(*rounded.values()), TOL16)

@@ -132,7 +132,7 @@ def test_gradcheck_float32(rng):
 
         with pytest.warns(UserWarning, match="double precision"):
             assert torch.autograd.gradcheck(f, (*x.values(), s0), eps=1e-3, atol=2e-3, rtol=2e-2)
-    with pytest.raises(wkv.DTypeError, match=r"desc->r\.dtype \(code 2, bits 64"):
+    with pytest.raises(wkv.DTypeError, match=r"r\.dtype float64"):
         wt.rwkv7(*(t.double() for t in x.values()))
 
 
@@ -309,7 +309,7 @@ def test_cuda_tensors_without_the_cuda_plugin(rng):
     with pytest.raises(wkv.BackendUnavailableError, match="backend cuda is unavailable"):
         wkv.rwkv7(*x.values())
     with wkv.Context("cpu") as ctx:  # the CPU backend refuses device memory, by its own check
-        with pytest.raises(wkv.DeviceMismatchError, match="desc->r.device.type is 2, which the cpu backend cannot read"):
+        with pytest.raises(wkv.DeviceMismatchError, match="r.device.type is 2, which the cpu backend cannot read"):
             wkv.rwkv7(*x.values(), context=ctx)
 
 

@@ -97,7 +97,7 @@ def _numpy_code(dt: Any) -> Optional[Tuple[int, int]]:
 
 
 def forward(spec: Any, inputs: Any, state: Any, decay: int, flags: int, out: Any, state_out: Any,
-            ctx: Any, state_shape_of: Any, lib: Any) -> Optional[Tuple[Any, Any]]:
+            ctx: Any, state_shape_of: Any, lib: Any, fn: str) -> Optional[Tuple[Any, Any]]:
     """(y, final state) through a cached descriptor, or None for the general path."""
     if ctx.backend == "cuda":  # the general path points the context at torch's stream
         return None
@@ -176,5 +176,5 @@ def forward(spec: Any, inputs: Any, state: Any, decay: int, flags: int, out: Any
         plan.state_out.data = s_ptr
         status = lib.wkv_forward(ctx.handle, plan.desc_ref)
         if status != 0:  # the library's own message (it names the argument), read under the lock
-            check(status, ctx.handle)
+            check(status, ctx.handle, fn=fn)
     return out, state_out

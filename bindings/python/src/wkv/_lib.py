@@ -437,9 +437,11 @@ def last_error(ctx: Optional[int]) -> str:
     return msg.decode("utf-8", "replace") if msg else ""
 
 
-def check(status: int, ctx: Optional[int] = None, fallback: str = "") -> None:
+def check(status: int, ctx: Optional[int] = None, fallback: str = "", fn: Optional[str] = None) -> None:
     """Raises the exception of ``status`` (nothing for WKV_OK), with the library's message:
-    ``wkv_last_error(ctx)``, or the thread's context-free one for BUSY / a NULL context."""
+    ``wkv_last_error(ctx)``, or the thread's context-free one for BUSY / a NULL context. With
+    ``fn`` (the Python function that made the call) the message is reworded in Python's terms
+    (:func:`wkv.errors.pythonic`; the original stays in ``.library_message``)."""
     if status == WKV_OK:
         return
     msg = ""
@@ -450,6 +452,10 @@ def check(status: int, ctx: Optional[int] = None, fallback: str = "") -> None:
     if not msg:
         s = load().wkv_status_string(status)
         msg = (fallback + ": " if fallback else "") + (s.decode() if s else "status %d" % status)
+    if fn:
+        from .errors import pythonic
+
+        raise make_error(status, pythonic(msg, fn), msg)
     raise make_error(status, msg)
 
 

@@ -16,6 +16,7 @@ message starts with the Python function and argument, e.g. ``wkv.rwkv7: r: ...``
 
 from __future__ import annotations
 
+import re
 from typing import Dict, Optional, Type
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "STATUS_NAMES",
     "error_class",
     "make_error",
+    "pythonic",
 ]
 
 #: wkv_status values (pinned forever by the C ABI) and their names.
@@ -76,19 +78,22 @@ class WkvError(Exception):
     #: The wkv_status this class stands for (None only for the base class).
     STATUS: Optional[int] = None
 
-    def __init__(self, message: str, status: Optional[int] = None) -> None:
+    def __init__(self, message: str, status: Optional[int] = None, library_message: Optional[str] = None) -> None:
         if status is None:
             status = self.STATUS if self.STATUS is not None else 16
         self.status: int = int(status)
         self.status_name: str = STATUS_NAMES.get(self.status, "WKV_STATUS_%d" % self.status)
         self.message: str = message
+        #: the C library's wording (``desc->state_in``, DLPack codes) when ``message`` was
+        #: reworded for Python; else the same as ``message``
+        self.library_message: str = library_message if library_message is not None else message
         super().__init__(message)
 
     def __str__(self) -> str:
         return "[%s] %s" % (self.status_name, self.message)
 
     def __reduce__(self):  # picklable across processes (e.g. DataLoader workers)
-        return (make_error, (self.status, self.message))
+        return (make_error, (self.status, self.message, self.library_message))
 
 
 class NullPointerError(WkvError):
@@ -220,6 +225,33 @@ def error_class(status: int) -> Type[WkvError]:
     return _BY_STATUS.get(int(status), WkvError)
 
 
-def make_error(status: int, message: str) -> WkvError:
+def make_error(status: int, message: str, library_message: Optional[str] = None) -> WkvError:
     """An exception instance for ``status`` carrying ``message``."""
-    return error_class(status)(message, status)
+    return error_class(status)(message, status, library_message)
+
+
+#: C descriptor fields whose Python argument has another name
+_PY_NAMES = {"state_in": "state", "y": "out", "dstate_out": "dstate", "dstate_in": "dstate0",
+             "decay_form": "decay"}
+_DL_KINDS = {0: "int", 1: "uint", 2: "float", 4: "bfloat"}
+
+
+def _dtype_name(m: "re.Match[str]") -> str:
+    code, bits, lanes = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    kind = _DL_KINDS.get(code)
+    name = "%s%d" % (kind, bits) if kind and lanes == 1 else "DLPack code %d, bits %d, lanes %d" % (code, bits, lanes)
+    return "dtype %s" % name
+
+
+def pythonic(message: str, fn: str) -> str:
+    """The library's message for a call made by the Python function ``fn``, in Python's terms:
+    the function's name for the C entry point, the argument names (``state`` for
+    ``desc->state_in``, ``out`` for ``desc->y``, ``dstate`` for ``desc->dstate_out``), dtypes by
+    name (``float64``, not ``code 2, bits 64``), and for a 16-bit unsigned array how to pass
+    bfloat16."""
+    msg = re.sub(r"^wkv_(?:forward|backward|workspace_size|forward_scratch_size): ", fn + ": ", message, count=1)
+    msg = re.sub(r"desc->(?:forward->)?([A-Za-z_0-9]+)", lambda m: _PY_NAMES.get(m.group(1), m.group(1)), msg)
+    msg = re.sub(r"dtype \(code (\d+), bits (\d+), lanes (\d+)\)", _dtype_name, msg)
+    if "dtype uint16" in msg:
+        msg += " (bfloat16 bit patterns in a numpy uint16 array: pass dtype='bf16', or use ml_dtypes.bfloat16)"
+    return msg

@@ -235,7 +235,7 @@ class _Call:
     def check(self, status: int) -> None:
         if status != 0 and self.alloc_errors and status == WKV_ERROR_NULL_POINTER:
             raise OutOfMemoryError("%s: could not allocate %s" % (self.fn, "; ".join(self.alloc_errors)))
-        check(status, self.ctx.handle)
+        check(status, self.ctx.handle, fn=self.fn)
 
     def release(self) -> None:
         cuda_dlpack = self.ctx.backend == "cuda" and any(v.managed is not None for v in self.views)
@@ -316,7 +316,7 @@ def forward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], state: Any = None,
     if seq_offsets is None and workspace is None and scratch is None and not convert and dtype is None \
             and not poison and _fast.host_array(inputs.get("v")):
         done = _fast.forward(spec, inputs, state, decay_c, flags, out, state_out,
-                             resolve_context(context, (WKV_DEVICE_CPU, 0)), _state_shape, load())
+                             resolve_context(context, (WKV_DEVICE_CPU, 0)), _state_shape, load(), fn)
         if done is not None:
             return WkvOutput(*done)
     bf16 = _bf16(fn, dtype)
