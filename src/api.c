@@ -602,6 +602,49 @@ wkv_status wkv_context_control(wkv_context* ctx, const char* fn, wkv_backend bac
     return st;
 }
 
+/* ------------------------------------------------------------------------------ attention */
+
+wkv_status wkv_attention(wkv_context* ctx, const wkv_attention_desc* desc) {
+    wkv_status st = enter(ctx, "wkv_attention");
+    if (st) return st;
+    wkv_message m;
+    m.text[0] = '\0';
+    wkv_attention_problem p;
+    wkv_status (*run)(void*, const wkv_attention_problem*, wkv_message*) = IFACE_HAS(ctx->iface, attention);
+    st = wkv_validate_attention(&ctx->target, desc, &p, &m);
+    if (!st && !run)
+        st = wkv_fail(&m, WKV_ERROR_UNSUPPORTED, "the %s backend has no attention kernel yet (the CPU backend has)",
+                      ctx->iface->name);
+    if (!st) st = run(ctx->backend_state, &p, &m);
+    st = finish(ctx, "wkv_attention", st, &m);
+    leave(ctx);
+    return st;
+}
+
+wkv_status wkv_attention_configs(wkv_context* ctx, wkv_attention_config* out, int32_t capacity, int32_t* count) {
+    wkv_status st = enter(ctx, "wkv_attention_configs");
+    if (st) return st;
+    wkv_message m;
+    m.text[0] = '\0';
+    int32_t (*list)(void*, wkv_attention_config*, int32_t) = IFACE_HAS(ctx->iface, attention_configs);
+    if (!count) st = wkv_fail(&m, WKV_ERROR_NULL_POINTER, "count is NULL");
+    else if (capacity < 0) st = wkv_fail(&m, WKV_ERROR_INVALID_ARGUMENT, "capacity is %d: must be >= 0", (int)capacity);
+    else if (capacity > 0 && !out) st = wkv_fail(&m, WKV_ERROR_NULL_POINTER, "out is NULL but capacity is %d", (int)capacity);
+    else if (capacity > 0 && out[0].struct_size != sizeof(wkv_attention_config))
+        st = wkv_fail(&m, WKV_ERROR_STRUCT_SIZE, "out[0].struct_size is %zu, expected %zu", out[0].struct_size,
+                      sizeof(wkv_attention_config));
+    if (!st) {
+        for (int32_t i = 0; i < capacity; ++i) {
+            memset(&out[i], 0, sizeof out[i]);
+            out[i].struct_size = sizeof(wkv_attention_config);
+        }
+        *count = list ? list(ctx->backend_state, out, capacity) : 0;
+    }
+    st = finish(ctx, "wkv_attention_configs", st, &m);
+    leave(ctx);
+    return st;
+}
+
 /* ------------------------------------------------------------------------- introspection */
 
 static wkv_status check_kind(const char* fn, wkv_backend backend) {

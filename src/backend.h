@@ -23,7 +23,9 @@ extern "C" {
  * (appended; a v1 plugin never sees a workspace in a forward, nor a reuse).
  * v3: wkv_problem.scratch / scratch_size / scratch_mem and wkv_backend_iface.forward_scratch_size
  * (appended; a v2 plugin reports 0 and is never handed a scratch). */
-#define WKV_BACKEND_ABI_VERSION 3u
+/* v4: wkv_backend_iface.attention and attention_configs, wkv_attention_problem (appended; a v3
+ * plugin has no attention: the core answers WKV_ERROR_UNSUPPORTED for it). */
+#define WKV_BACKEND_ABI_VERSION 4u
 /* The oldest backend ABI this core still accepts from a plugin. */
 #define WKV_BACKEND_ABI_MIN 1u
 
@@ -154,6 +156,36 @@ static inline void wkv_problem_sequence(const wkv_problem* p, int64_t s, int64_t
         *batch = s;
         *t0 = 0;
         *t1 = p->T;
+    }
+}
+
+/* Softmax attention (wkv.h, attention), validated. Views use the four axes [b, t, h, d]; lse's
+ * [b, t, h, 0] (its d stride 0). Packed: B = 1, sequence s has query rows [q_offsets[s],
+ * q_offsets[s+1]) and keys [k_offsets[s], k_offsets[s+1]); not packed: num_seqs = B, offsets
+ * NULL, every sequence Tq rows and Tk keys. */
+typedef struct wkv_attention_problem {
+    int64_t B, Tq, Tk, Hq, Hkv, D;
+    int64_t num_seqs;
+    const int64_t* q_offsets;
+    const int64_t* k_offsets;
+    int32_t causal;
+    float scale; /* resolved: never 0 */
+    wkv_view q, k, v, o;
+    wkv_view lse; /* optional (data NULL), float32 */
+    wkv_buffer_ref mem[5]; /* q, k, v, o, lse */
+    const char* config; /* a pinned configuration's name, or NULL */
+} wkv_attention_problem;
+
+/* Batch, query rows [q0, q1) and keys [k0, k1) of sequence s. */
+static inline void wkv_attention_sequence(const wkv_attention_problem* p, int64_t s, int64_t* batch,
+                                          int64_t* q0, int64_t* q1, int64_t* k0, int64_t* k1) {
+    if (p->q_offsets) {
+        *batch = 0;
+        *q0 = p->q_offsets[s], *q1 = p->q_offsets[s + 1];
+        *k0 = p->k_offsets[s], *k1 = p->k_offsets[s + 1];
+    } else {
+        *batch = s;
+        *q0 = 0, *q1 = p->Tq, *k0 = 0, *k1 = p->Tk;
     }
 }
 
@@ -300,12 +332,21 @@ typedef struct wkv_backend_iface {
      * caller sizes its memory from it once), nor on p->scratch. */
     wkv_status (*forward_scratch_size)(void* state, const wkv_problem* p, size_t* out_bytes,
                                        wkv_message* msg);
+
+    /* Optional (ABI v4; NULL = no attention): softmax attention (wkv.h, attention) of a problem
+     * the core validated; p->config is the pinned configuration's name or NULL. */
+    wkv_status (*attention)(void* state, const struct wkv_attention_problem* p, wkv_message* msg);
+    /* Optional (ABI v4): the configurations this backend has, as wkv_attention_configs: fills
+     * min(capacity, total) entries of out (their struct_size set by the core) and returns the
+     * total. */
+    int32_t (*attention_configs)(void* state, wkv_attention_config* out, int32_t capacity);
 } wkv_backend_iface;
 
-/* The sizes of a v1 iface (without saves_checkpoints) and of a v2 one (without
- * forward_scratch_size), which the core still accepts. */
+/* The sizes of a v1 iface (without saves_checkpoints), a v2 one (without forward_scratch_size)
+ * and a v3 one (without attention), which the core still accepts. */
 #define WKV_BACKEND_IFACE_V1_SIZE offsetof(wkv_backend_iface, saves_checkpoints)
 #define WKV_BACKEND_IFACE_V2_SIZE offsetof(wkv_backend_iface, forward_scratch_size)
+#define WKV_BACKEND_IFACE_V3_SIZE offsetof(wkv_backend_iface, attention)
 
 /* Requests for wkv_backend_iface.control. Values are part of the backend ABI. */
 enum {

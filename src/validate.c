@@ -70,11 +70,12 @@ static int buffer_is_live(const wkv_target* target, const void* ptr) {
 }
 
 /* Names of the tensors, with storage that outlives the spans. */
-static const char* const k_names[WKV_PROBLEM_VIEWS] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
+/* The RWKV problems' views in wkv_problem's order, then attention's own (k and v are shared). */
+static const char* const k_names[WKV_PROBLEM_VIEWS + 3] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
                                       "state_out", "dy", "dstate_out", "dr", "dw", "dk", "dv",
-                                      "da", "db", "du", "dstate_in"};
+                                      "da", "db", "du", "dstate_in", "q", "o", "lse"};
 enum { N_R, N_W, N_K, N_V, N_A, N_B, N_U, N_Y, N_SIN, N_SOUT, N_DY, N_DSOUT, N_DR, N_DW, N_DK,
-       N_DV, N_DA, N_DB, N_DU, N_DSIN };
+       N_DV, N_DA, N_DB, N_DU, N_DSIN, N_Q, N_O, N_LSE, N_NAMES };
 
 /* The argument being checked, for a message. */
 static const char* cname(checker* c) {
@@ -291,7 +292,7 @@ typedef struct op_shape {
 } op_shape;
 
 const char* wkv_span_name(const wkv_span* s, char out[48]) {
-    snprintf(out, 48, "%s%s", s->prefix, s->role >= 0 && s->role < WKV_PROBLEM_VIEWS ? k_names[s->role] : "?");
+    snprintf(out, 48, "%s%s", s->prefix, s->role >= 0 && s->role < N_NAMES ? k_names[s->role] : "?");
     return out;
 }
 
@@ -831,4 +832,122 @@ wkv_status wkv_validate_scratch_mem(const wkv_target* target, const wkv_spans* s
         return WKV_OK;
     }
     return check_mem(target, &k_scratch_arg, p->scratch, p->scratch_size, spans, needed, &p->scratch_mem, msg);
+}
+
+/* ------------------------------------------------------------------------ attention */
+
+/* Packed offsets of one side: num_seqs + 1 non-decreasing values from 0 to total. */
+static wkv_status check_attention_offsets(wkv_message* msg, const char* name, const int64_t* off, int64_t n,
+                                          int64_t total, const char* what) {
+    if (!off) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->%s is NULL but desc->num_seqs is %lld", name,
+                              (long long)n);
+    if (off[0] != 0)
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->%s[0] is %lld, expected 0", name, (long long)off[0]);
+    for (int64_t i = 0; i < n; ++i)
+        if (off[i + 1] < off[i])
+            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->%s[%lld] = %lld is less than %s[%lld] = %lld",
+                            name, (long long)(i + 1), (long long)off[i + 1], name, (long long)i, (long long)off[i]);
+    if (off[n] != total)
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->%s[%lld] is %lld but the total %s is %lld", name,
+                        (long long)n, (long long)off[n], what, (long long)total);
+    return WKV_OK;
+}
+
+static wkv_status check_attention_tensor(checker* c, int name, const wkv_tensor* t, int ndim, const int64_t* shape,
+                                         const int8_t* axes, int output, int f32_only, wkv_view* out) {
+    tensor_rule rule;
+    memset(&rule, 0, sizeof rule);
+    rule.ndim = ndim;
+    for (int d = 0; d < ndim; ++d) rule.shape[d] = shape[d], rule.view_axis[d] = axes[d];
+    rule.output = output;
+    rule.state = f32_only;
+    c->prefix = "desc->";
+    c->name_idx = name;
+    wkv_status st = check_tensor(c, t, &rule, out);
+    if (st == WKV_ERROR_DTYPE && f32_only)
+        return wkv_fail(c->msg, WKV_ERROR_DTYPE, "desc->%s must be float32", k_names[name]);
+    return st;
+}
+
+wkv_status wkv_validate_attention(const wkv_target* target, const wkv_attention_desc* desc_in,
+                                  wkv_attention_problem* p, wkv_message* msg) {
+    if (!desc_in) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc is NULL");
+    wkv_status st = wkv_check_struct_size(desc_in, sizeof(wkv_attention_desc), "desc", msg);
+    if (st) return st;
+    const wkv_attention_desc* d = desc_in;
+    if (d->flags & ~(uint32_t)WKV_ATTENTION_CAUSAL)
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT, "desc->flags has unknown bits 0x%x",
+                        (unsigned)(d->flags & ~(uint32_t)WKV_ATTENTION_CAUSAL));
+    if (!(d->scale == d->scale) || d->scale == __builtin_inff() || d->scale == -__builtin_inff())
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT, "desc->scale is not finite");
+    /* the shapes come from q and k; the other tensors must agree */
+    const wkv_tensor* q = &d->q;
+    const wkv_tensor* k = &d->k;
+    if (!q->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->q.data is NULL");
+    if (!q->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->q.shape is NULL");
+    if (q->ndim != 4) return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->q.ndim is %d, expected 4 ([B, Tq, Hq, D])", (int)q->ndim);
+    if (!k->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->k.data is NULL");
+    if (!k->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->k.shape is NULL");
+    if (k->ndim != 4) return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->k.ndim is %d, expected 4 ([B, Tk, Hkv, D])", (int)k->ndim);
+    const int64_t B = q->shape[0], Tq = q->shape[1], Hq = q->shape[2], D = q->shape[3];
+    const int64_t Tk = k->shape[1], Hkv = k->shape[2];
+    if (B < 1 || Tq < 0 || Hq < 1 || D < 1)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->q.shape is [%lld, %lld, %lld, %lld]: B, Hq and D must be >= 1, "
+                        "Tq >= 0", (long long)B, (long long)Tq, (long long)Hq, (long long)D);
+    if (Tk < 0 || Hkv < 1)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->k.shape[%d] is %lld: Tk must be >= 0 and Hkv >= 1", Tk < 0 ? 1 : 2,
+                        (long long)(Tk < 0 ? Tk : Hkv));
+    if (Hq % Hkv)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->q has %lld heads, not a multiple of desc->k's %lld "
+                        "(grouped-query heads: Hq = g * Hkv)", (long long)Hq, (long long)Hkv);
+    int64_t numel;
+    if (__builtin_mul_overflow(B, Tq > Tk ? Tq : Tk, &numel) || __builtin_mul_overflow(numel, Hq, &numel) ||
+        __builtin_mul_overflow(numel, D, &numel) || numel > INT64_MAX / 4)
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "desc->q: B*T*H*D bytes overflow int64");
+
+    memset(p, 0, sizeof *p);
+    p->B = B, p->Tq = Tq, p->Tk = Tk, p->Hq = Hq, p->Hkv = Hkv, p->D = D;
+    p->causal = (d->flags & WKV_ATTENTION_CAUSAL) != 0;
+    p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / __builtin_sqrt((double)D));
+    p->config = d->config;
+    p->num_seqs = B;
+    if (d->num_seqs < 0)
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->num_seqs is %lld: must be >= 0", (long long)d->num_seqs);
+    if (d->num_seqs == 0 && (d->q_offsets || d->k_offsets))
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->%s is set but num_seqs is 0 (set num_seqs to pack "
+                        "sequences)", d->q_offsets ? "q_offsets" : "k_offsets");
+    if (d->num_seqs > 0) {
+        if (B != 1)
+            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
+                            "desc->q.shape[0] is %lld: packed sequences need B = 1", (long long)B);
+        if ((st = check_attention_offsets(msg, "q_offsets", d->q_offsets, d->num_seqs, Tq, "Tq"))) return st;
+        if ((st = check_attention_offsets(msg, "k_offsets", d->k_offsets, d->num_seqs, Tk, "Tk"))) return st;
+        p->num_seqs = d->num_seqs;
+        p->q_offsets = d->q_offsets;
+        p->k_offsets = d->k_offsets;
+    }
+
+    wkv_spans spans;
+    spans.count = 0;
+    checker c = {target, msg, &spans, NULL, 0, {0}};
+    static const int8_t tok_axes[4] = {AX_B, AX_T, AX_H, AX_N};
+    static const int8_t lse_axes[3] = {AX_B, AX_H, AX_T};
+    const int64_t q_shape[4] = {B, Tq, Hq, D}, kv_shape[4] = {B, Tk, Hkv, D}, lse_shape[3] = {B, Hq, Tq};
+    if ((st = check_attention_tensor(&c, N_Q, &d->q, 4, q_shape, tok_axes, 0, 0, &p->q))) return st;
+    if ((st = check_attention_tensor(&c, N_K, &d->k, 4, kv_shape, tok_axes, 0, 0, &p->k))) return st;
+    if ((st = check_attention_tensor(&c, N_V, &d->v, 4, kv_shape, tok_axes, 0, 0, &p->v))) return st;
+    if ((st = check_attention_tensor(&c, N_O, &d->o, 4, q_shape, tok_axes, 1, 0, &p->o))) return st;
+    if (d->lse.data &&
+        (st = check_attention_tensor(&c, N_LSE, &d->lse, 3, lse_shape, lse_axes, 1, 1, &p->lse)))
+        return st;
+    if (p->k.elem != p->q.elem || p->v.elem != p->q.elem || p->o.elem != p->q.elem)
+        return wkv_fail(msg, WKV_ERROR_DTYPE, "desc->%s has another dtype than desc->q (q, k, v and o share one)",
+                        p->k.elem != p->q.elem ? "k" : p->v.elem != p->q.elem ? "v" : "o");
+    if ((st = check_outputs_alias(&spans, msg))) return st;
+    for (int i = 0; i < spans.count; ++i) {
+        int role = spans.span[i].role;
+        int slot = role == N_Q ? 0 : role == N_K ? 1 : role == N_V ? 2 : role == N_O ? 3 : 4;
+        p->mem[slot] = spans.span[i].mem;
+    }
+    return WKV_OK;
 }

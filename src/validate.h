@@ -63,6 +63,10 @@ wkv_status wkv_validate_backward(const wkv_target* target, const wkv_backward_de
 wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans* spans,
                                   size_t needed, wkv_message* msg);
 
+/* Softmax attention (wkv.h): checks the descriptor, fills p (p->config is the caller's string). */
+wkv_status wkv_validate_attention(const wkv_target* target, const wkv_attention_desc* desc,
+                                  wkv_attention_problem* p, wkv_message* msg);
+
 /* ---- device buffers ----
  * The kind of p->workspace's memory, unchecked, into p->workspace_mem: a wkv_buffer of
  * target->ctx (its handle; its size in *buffer_size when not NULL) or a pointer (host memory,

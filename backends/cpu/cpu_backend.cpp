@@ -17,6 +17,7 @@
 #include <unistd.h>
 #endif
 
+#include "attention.h"
 #include "cpu_internal.h"
 #include "isa.h"
 #include "op_common.h"
@@ -236,6 +237,14 @@ int32_t cpu_saves_checkpoints(void* state, const wkv_problem* p) {
     return op && wkv_cpu::op_saves(p, *op) ? 1 : 0;
 }
 
+wkv_status cpu_attention(void* state, const wkv_attention_problem* p, wkv_message* msg) {
+    return wkv_cpu::attention(*static_cast<const CpuState*>(state), p, msg);
+}
+
+int32_t cpu_attention_configs(void*, wkv_attention_config* out, int32_t capacity) {
+    return wkv_cpu::attention_configs(out, capacity);
+}
+
 const wkv_backend_iface kCpuIface = {
     WKV_BACKEND_ABI_VERSION,
     (uint32_t)sizeof(wkv_backend_iface),
@@ -257,6 +266,8 @@ const wkv_backend_iface kCpuIface = {
     nullptr, /* synchronize: every call is complete when it returns */
     cpu_saves_checkpoints,
     nullptr, /* forward_scratch_size: the CPU forward needs no scratch */
+    cpu_attention,
+    cpu_attention_configs,
 };
 
 } // namespace

@@ -122,6 +122,8 @@ static const wkv_backend_iface k_iface = {
     /* .synchronize    = */ vk_synchronize, /* WKV_CONTEXT_ASYNC: waits for the enqueued calls */
     /* .saves_checkpoints = */ NULL, /* the forward ignores a workspace; backward recomputes */
     /* .forward_scratch_size = */ NULL, /* the forwards need no scratch */
+    /* .attention      = */ NULL, /* no attention kernel yet: the core says so */
+    /* .attention_configs = */ NULL,
 };
 
 __attribute__((visibility("default"))) const wkv_backend_iface* wkv_plugin_entry(uint32_t core_abi) {

@@ -450,6 +450,63 @@ WKV_API wkv_status wkv_workspace_size(wkv_context* ctx, size_t* out_bytes,
 WKV_API wkv_status wkv_forward_scratch_size(wkv_context* ctx, size_t* out_bytes,
                                             const wkv_forward_desc* desc);
 
+/* ------------------------------------------------------------------------------ attention
+ *
+ * Softmax attention forward, for hybrid models (RWKV blocks with a few attention layers), in the
+ * online-softmax ("flash") form: the Tq x Tk matrix is never formed. Per batch b, query head h
+ * (key/value head g = h / (Hq / Hkv): grouped-query and multi-query heads) and query row i:
+ *     s_j = scale * q_i . k_j            over the keys j the mask allows
+ *     o_i = sum_j softmax(s)_j v_j       lse_i = log sum_j exp(s_j)   (natural log)
+ * Causal masking is bottom-right aligned: row i sees keys j <= i + (Tk - Tq). A row that sees
+ * no key (causal with Tq > Tk) gets o_i = 0 and lse_i = -inf, never NaN.
+ * Packed variable-length sequences: B = 1, and sequence s has query rows [q_offsets[s],
+ * q_offsets[s+1]) and keys [k_offsets[s], k_offsets[s+1]) (both host arrays of num_seqs + 1
+ * non-decreasing values from 0 to Tq, resp. Tk; the mask is aligned per sequence).
+ * Computed in float32 whatever the I/O dtype (float32, float16, bfloat16; q, k, v, o share one).
+ * Backends: CPU today (any D up to 256); the CUDA and Vulkan plugins refuse it with
+ * WKV_ERROR_UNSUPPORTED until they have kernels. */
+enum { WKV_ATTENTION_CAUSAL = 1u << 0 };
+
+typedef struct wkv_attention_desc {
+    size_t struct_size; /* sizeof(wkv_attention_desc) */
+    uint32_t flags;     /* WKV_ATTENTION_* */
+    float scale;        /* the logits' scale; 0 means 1 / sqrt(D) */
+    wkv_tensor q;       /* [B, Tq, Hq, D] */
+    wkv_tensor k, v;    /* [B, Tk, Hkv, D], Hq a multiple of Hkv */
+    wkv_tensor o;       /* output, [B, Tq, Hq, D] */
+    wkv_tensor lse;     /* optional float32 output [B, Hq, Tq] (data NULL: not written) */
+    const int64_t* q_offsets; /* packed sequences (num_seqs > 0), else NULL */
+    const int64_t* k_offsets;
+    int64_t num_seqs;
+    /* Optional: the name of a kernel configuration of this context's backend
+     * (wkv_attention_configs) to use for this call; NULL = the backend's own choice. */
+    const char* config;
+} wkv_attention_desc;
+
+WKV_API wkv_status wkv_attention(wkv_context* ctx, const wkv_attention_desc* desc);
+
+/* A kernel configuration a backend has instantiated. Fields that do not apply are 0. */
+typedef struct wkv_attention_config {
+    size_t struct_size;  /* set by the caller (the array's element size) */
+    char name[64];       /* what wkv_attention_desc.config takes */
+    wkv_dtype dtype;     /* the I/O dtype it is built for; code 0 bits 0: any */
+    int32_t head_dim;    /* D it is built for; 0: any (up to max_head_dim) */
+    int32_t max_head_dim;
+    int32_t block_q;     /* query rows per tile (Br) */
+    int32_t block_kv;    /* keys per tile (Bc) */
+    int32_t warps;       /* GPU warps / subgroups per block; CPU: 0 */
+    int32_t async_copy, eager_load, swizzle, double_buffer; /* 1 when the kernel does it */
+    int32_t softmax;     /* 0: online softmax in float32 */
+    uint64_t shared_bytes; /* on-chip memory per block (CPU: the tile's scratch per thread) */
+    int32_t fits;        /* 1 when this device can run it */
+    int32_t is_default;  /* 1 for the one the backend picks when none is pinned */
+} wkv_attention_config;
+
+/* Lists the configurations of ctx's backend: writes min(capacity, total) of them into out
+ * (out may be NULL with capacity 0) and the total into *count. */
+WKV_API wkv_status wkv_attention_configs(wkv_context* ctx, wkv_attention_config* out, int32_t capacity,
+                                         int32_t* count);
+
 /* ------------------------------------------------------------------------- introspection */
 
 enum { WKV_MAX_HEAD_SIZES = 16 };

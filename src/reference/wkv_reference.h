@@ -86,6 +86,22 @@ void wkv_ref_rwkv4_forward(const wkv_ref_rwkv4* in, double* y, double* sT);
 void wkv_ref_rwkv4_backward(const wkv_ref_rwkv4* in, const double* dy, const double* dsT,
                             double* dw, double* du, double* dk, double* dv, double* ds0);
 
+/* ---------------------------------------------------------------------------- attention */
+
+/* Softmax attention (wkv.h, attention), two passes per row (max, then sums): q [B,Tq,Hq,D],
+ * k, v [B,Tk,Hkv,D] contiguous; packed when num_seqs > 0 (B = 1). o [B,Tq,Hq,D]; lse
+ * [B,Hq,Tq] (may be NULL). A row that sees no key: o = 0, lse = -inf. */
+typedef struct wkv_ref_attention {
+    int64_t B, Tq, Tk, Hq, Hkv, D;
+    int causal;
+    double scale;
+    const double *q, *k, *v;
+    int64_t num_seqs;
+    const int64_t *q_offsets, *k_offsets;
+} wkv_ref_attention;
+
+void wkv_ref_attention_forward(const wkv_ref_attention* in, double* o, double* lse);
+
 #ifdef __cplusplus
 }
 #endif

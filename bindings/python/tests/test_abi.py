@@ -30,6 +30,8 @@ LP64_SIZES = {
     "wkv_backward_desc": 16 + 10 * 48 + 16 + 8,
     "wkv_backend_info": 64 + 4 * 16,
     "wkv_device_info": 8 + 256 + 8 + 4 + 4,
+    "wkv_attention_desc": 16 + 5 * 48 + 8 + 8 + 8 + 8,
+    "wkv_attention_config": 8 + 64 + 4 + 10 * 4 + 4 + 8 + 4 + 4,  # + padding before shared_bytes
 }
 
 

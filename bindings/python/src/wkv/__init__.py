@@ -50,6 +50,7 @@ from .errors import (
     WorkspaceTooSmallError,
     error_class,
 )
+from .attention import attention, attention_configs
 from .ops import (
     Rwkv4Grads,
     Rwkv6Grads,
@@ -74,6 +75,8 @@ def version() -> str:
 
 
 __all__ = [
+    "attention",
+    "attention_configs",
     "__version__", "version", "library_path", "candidate_paths",
     "Context", "default_context", "use_context", "current_context", "info", "backend_info", "device_info",
     "rwkv7", "rwkv7_backward", "rwkv6", "rwkv6_backward", "rwkv4", "rwkv4_backward", "workspace_size",

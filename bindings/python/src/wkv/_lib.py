@@ -233,11 +233,54 @@ class wkv_device_info(Structure):
     ]
 
 
+class wkv_attention_desc(Structure):
+    """``wkv_attention_desc``."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("flags", c_uint32),
+        ("scale", ctypes.c_float),
+        ("q", wkv_tensor),
+        ("k", wkv_tensor),
+        ("v", wkv_tensor),
+        ("o", wkv_tensor),
+        ("lse", wkv_tensor),
+        ("q_offsets", POINTER(c_int64)),
+        ("k_offsets", POINTER(c_int64)),
+        ("num_seqs", c_int64),
+        ("config", c_char_p),
+    ]
+
+
+class wkv_attention_config(Structure):
+    """``wkv_attention_config``."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char * 64),
+        ("dtype", wkv_dtype),
+        ("head_dim", c_int32),
+        ("max_head_dim", c_int32),
+        ("block_q", c_int32),
+        ("block_kv", c_int32),
+        ("warps", c_int32),
+        ("async_copy", c_int32),
+        ("eager_load", c_int32),
+        ("swizzle", c_int32),
+        ("double_buffer", c_int32),
+        ("softmax", c_int32),
+        ("shared_bytes", c_uint64),
+        ("fits", c_int32),
+        ("is_default", c_int32),
+    ]
+
+
 #: Every struct of the public headers, by its C name (the ABI test walks this).
 STRUCTS = {
     cls.__name__: cls
     for cls in (wkv_device, wkv_dtype, wkv_tensor, wkv_context_options, wkv_forward_desc,
-                wkv_backward_desc, wkv_backend_info, wkv_device_info)
+                wkv_backward_desc, wkv_backend_info, wkv_device_info, wkv_attention_desc,
+                wkv_attention_config)
 }
 
 # ------------------------------------------------------------------------------------ loading
@@ -363,6 +406,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 #: Functions declared when the loaded library has them (newer API, e.g. the device buffers).
 OPTIONAL_FUNCTIONS = ("wkv_context_synchronize", "wkv_context_health", "wkv_buffer_create", "wkv_buffer_destroy", "wkv_buffer_upload", "wkv_buffer_download",
                       "wkv_buffer_size", "wkv_tensor_make_buffer", "wkv_forward_scratch_size",
+                      "wkv_attention", "wkv_attention_configs",
                       # wkv_vulkan.h (Vulkan handles are opaque pointers here)
                       "wkv_vulkan_validation_message_count", "wkv_vulkan_context_create",
                       "wkv_vulkan_buffer_import", "wkv_vulkan_record_forward", "wkv_vulkan_record_backward")
@@ -380,6 +424,8 @@ def _declare_optional(lib: ctypes.CDLL) -> None:
         "wkv_buffer_size": ([buf_p], c_uint64),
         "wkv_tensor_make_buffer": ([buf_p, c_uint64, wkv_dtype, c_int32, POINTER(c_int64)], wkv_tensor),
         "wkv_forward_scratch_size": ([ctx_p, POINTER(c_size_t), POINTER(wkv_forward_desc)], c_enum),
+        "wkv_attention": ([ctx_p, POINTER(wkv_attention_desc)], c_enum),
+        "wkv_attention_configs": ([ctx_p, POINTER(wkv_attention_config), c_int32, POINTER(c_int32)], c_enum),
         "wkv_vulkan_validation_message_count": ([ctx_p, POINTER(c_uint64)], c_enum),
         # (options, const wkv_vulkan_guest_options*, wkv_context** out)
         "wkv_vulkan_context_create": ([POINTER(wkv_context_options), c_void_p, POINTER(ctx_p)], c_enum),

@@ -1,0 +1,275 @@
+// Softmax attention (wkv_attention) against the float64 reference (src/reference/attention.c):
+// causal and not, grouped-query heads, packed sequences, Tq != Tk, T = 1, odd T, fully masked
+// rows, large logits, strided tensors, every dtype and configuration; outputs poisoned first.
+// And every kind of bad input refused with a message naming the argument.
+#include <limits>
+
+#include "wkv_doctest.h"
+#include "test_util.h"
+
+using namespace wkvtest;
+
+namespace {
+
+struct AttnCase {
+    int64_t B = 1, Tq = 5, Tk = 5, Hq = 2, Hkv = 2, D = 16;
+    bool causal = false;
+    double scale = 0.0;               // 0: 1/sqrt(D)
+    std::vector<int64_t> q_off, k_off; // packed when not empty
+    wkv_dtype dtype = WKV_DTYPE_F32;
+    bool strided = false;             // q, k, v, o inside wider buffers ([B, T, H, 2D])
+    double logit_scale = 1.0;         // multiplies q: large values test overflow handling
+    const char* config = nullptr;
+};
+
+struct AttnRun {
+    wkv_status status;
+    std::string message;
+    std::vector<double> o, lse, o_ref, lse_ref;
+};
+
+HostTensor make(wkv_dtype dt, int64_t B, int64_t T, int64_t H, int64_t D, bool strided) {
+    if (!strided) return HostTensor(dt, {B, T, H, D});
+    return HostTensor(dt, {B, T, H, D}, {T * H * 2 * D, H * 2 * D, 2 * D, 1}, 3);
+}
+
+AttnRun run(wkv_context* ctx, const AttnCase& c, Rng& rng) {
+    AttnRun out;
+    const int64_t nq = c.B * c.Tq * c.Hq * c.D, nk = c.B * c.Tk * c.Hkv * c.D;
+    std::vector<double> q = random_normal(rng, (size_t)nq), k = random_normal(rng, (size_t)nk),
+                        v = random_normal(rng, (size_t)nk);
+    for (double& x : q) x *= c.logit_scale;
+    q = rounded(c.dtype, q), k = rounded(c.dtype, k), v = rounded(c.dtype, v);
+    HostTensor tq = make(c.dtype, c.B, c.Tq, c.Hq, c.D, c.strided), tk = make(c.dtype, c.B, c.Tk, c.Hkv, c.D, c.strided),
+               tv = make(c.dtype, c.B, c.Tk, c.Hkv, c.D, c.strided), to = make(c.dtype, c.B, c.Tq, c.Hq, c.D, c.strided);
+    HostTensor tl(WKV_DTYPE_F32, {c.B, c.Hq, c.Tq});
+    fill_input(tq, q), fill_input(tk, k), fill_input(tv, v);
+    to.poison(), tl.poison();
+    wkv_attention_desc d{};
+    d.struct_size = sizeof d;
+    d.flags = c.causal ? WKV_ATTENTION_CAUSAL : 0;
+    d.scale = (float)c.scale;
+    d.q = tq.view(), d.k = tk.view(), d.v = tv.view(), d.o = to.view(), d.lse = tl.view();
+    static float empty_storage[1];  // an empty tensor still needs a non-NULL data pointer
+    for (wkv_tensor* t : {&d.q, &d.k, &d.v, &d.o, &d.lse})
+        if (!t->data) t->data = empty_storage;
+    if (!c.q_off.empty()) {
+        d.q_offsets = c.q_off.data(), d.k_offsets = c.k_off.data();
+        d.num_seqs = (int64_t)c.q_off.size() - 1;
+    }
+    d.config = c.config;
+    out.status = wkv_attention(ctx, &d);
+    out.message = wkv_last_error(ctx);
+    if (out.status != WKV_OK) return out;
+    CHECK(to.gaps_still_nan());
+    out.o = to.read(), out.lse = tl.read();
+    wkv_ref_attention in{};
+    in.B = c.B, in.Tq = c.Tq, in.Tk = c.Tk, in.Hq = c.Hq, in.Hkv = c.Hkv, in.D = c.D;
+    in.causal = c.causal;
+    in.scale = c.scale != 0.0 ? (double)(float)c.scale : 1.0 / std::sqrt((double)c.D);
+    in.q = q.data(), in.k = k.data(), in.v = v.data();
+    if (!c.q_off.empty()) in.num_seqs = d.num_seqs, in.q_offsets = c.q_off.data(), in.k_offsets = c.k_off.data();
+    out.o_ref.assign((size_t)nq, 0.0), out.lse_ref.assign((size_t)(c.B * c.Hq * c.Tq), 0.0);
+    wkv_ref_attention_forward(&in, out.o_ref.data(), out.lse_ref.data());
+    return out;
+}
+
+// lse rows that see no key are -inf in both; compare the finite ones.
+void check_lse(const AttnRun& r, double tol) {
+    std::vector<double> got, want;
+    for (size_t i = 0; i < r.lse.size(); ++i) {
+        if (std::isinf(r.lse_ref[i])) {
+            CHECK(r.lse[i] == -std::numeric_limits<double>::infinity());
+            continue;
+        }
+        got.push_back(r.lse[i]), want.push_back(r.lse_ref[i]);
+    }
+    if (!want.empty()) CHECK(rel_err(got, want) <= tol);
+}
+
+void check_run(wkv_context* ctx, const AttnCase& c, Rng& rng) {
+    AttnRun r = run(ctx, c, rng);
+    REQUIRE_MESSAGE(r.status == WKV_OK, r.message);
+    const double tol = c.dtype.bits == 32 ? 1e-5 : 2e-3;
+    // 16-bit outputs are rounded once more than the reference: the tolerance covers it
+    CHECK(all_finite(r.o));
+    CHECK_MESSAGE(rel_err(r.o, r.o_ref) <= tol, "rel err ", rel_err(r.o, r.o_ref));
+    check_lse(r, 1e-5);
+}
+
+struct Ctx {
+    wkv_context* ctx = nullptr;
+    Ctx() {
+        wkv_context_options o{};
+        o.struct_size = sizeof o;
+        o.backend = WKV_BACKEND_CPU;
+        REQUIRE(wkv_context_create(&o, &ctx) == WKV_OK);
+    }
+    ~Ctx() { wkv_context_destroy(ctx); }
+};
+
+}  // namespace
+
+TEST_CASE("attention: against the float64 reference, every mask, head grouping and shape") {
+    Ctx c;
+    Rng rng(test_seed());
+    for (const wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16}) {
+        for (const bool causal : {false, true}) {
+            for (const int64_t D : {16, 32, 64, 80, 128}) {
+                AttnCase a;
+                a.dtype = dt, a.causal = causal, a.D = D;
+                a.B = 2, a.Tq = 37, a.Tk = 37, a.Hq = 4, a.Hkv = 2;  // odd T, GQA
+                CAPTURE(D);
+                CAPTURE(causal);
+                CAPTURE(dtype_name(dt));
+                check_run(c.ctx, a, rng);
+            }
+        }
+    }
+    for (const bool causal : {false, true}) {
+        CAPTURE(causal);
+        AttnCase a;
+        a.causal = causal;
+        a.Tq = 7, a.Tk = 100, a.Hq = 6, a.Hkv = 1;  // Tq < Tk, multi-query
+        check_run(c.ctx, a, rng);
+        a.Tq = 1, a.Tk = 1;  // one token
+        check_run(c.ctx, a, rng);
+        a.Tq = 1, a.Tk = 300;  // a decode step against a long cache
+        check_run(c.ctx, a, rng);
+        a.Tq = 20, a.Tk = 9;  // Tq > Tk: causal rows before the first key see nothing
+        check_run(c.ctx, a, rng);
+        a.Tq = 130, a.Tk = 130, a.strided = true, a.scale = 0.3;  // tails of every tile, strides
+        check_run(c.ctx, a, rng);
+        a.strided = false, a.scale = 0.0, a.logit_scale = 300.0;  // logits of ~1e3: no overflow
+        a.Tq = 33, a.Tk = 65;
+        check_run(c.ctx, a, rng);
+    }
+}
+
+TEST_CASE("attention: fully masked rows give zeros and -inf, never NaN") {
+    Ctx c;
+    Rng rng(test_seed());
+    AttnCase a;
+    a.causal = true, a.Tq = 10, a.Tk = 4;  // rows 0..5 see no key
+    AttnRun r = run(c.ctx, a, rng);
+    REQUIRE(r.status == WKV_OK);
+    for (int64_t t = 0; t < 6; ++t)
+        for (int64_t h = 0; h < a.Hq; ++h) {
+            CHECK(r.lse[(size_t)(h * a.Tq + t)] == -std::numeric_limits<double>::infinity());
+            for (int64_t d = 0; d < a.D; ++d) CHECK(r.o[(size_t)((t * a.Hq + h) * a.D + d)] == 0.0);
+        }
+    CHECK(rel_err(r.o, r.o_ref) <= 1e-5);
+    a.Tk = 0, a.causal = false;  // no keys at all
+    r = run(c.ctx, a, rng);
+    REQUIRE(r.status == WKV_OK);
+    for (double x : r.o) CHECK(x == 0.0);
+}
+
+TEST_CASE("attention: packed variable-length sequences") {
+    Ctx c;
+    Rng rng(test_seed());
+    for (const bool causal : {false, true}) {
+        AttnCase a;
+        a.causal = causal;
+        a.q_off = {0, 5, 5, 25, 26};   // an empty sequence, a one-token one
+        a.k_off = {0, 9, 12, 32, 33};  // a sequence with keys but no queries
+        a.Tq = 26, a.Tk = 33, a.Hq = 4, a.Hkv = 2;
+        CAPTURE(causal);
+        check_run(c.ctx, a, rng);
+    }
+}
+
+TEST_CASE("attention: every configuration gives the same answer; the list describes them") {
+    Ctx c;
+    int32_t n = -1;
+    REQUIRE(wkv_attention_configs(c.ctx, nullptr, 0, &n) == WKV_OK);
+    REQUIRE(n >= 2);
+    std::vector<wkv_attention_config> cfg((size_t)n);
+    for (auto& x : cfg) x.struct_size = sizeof x;
+    int32_t n2 = 0;
+    REQUIRE(wkv_attention_configs(c.ctx, cfg.data(), n, &n2) == WKV_OK);
+    CHECK(n2 == n);
+    int defaults = 0;
+    for (const auto& x : cfg) {
+        CAPTURE(x.name);
+        CHECK(x.name[0] != '\0');
+        CHECK(x.block_q > 0);
+        CHECK(x.block_kv > 0);
+        CHECK(x.fits == 1);
+        defaults += x.is_default;
+        Rng rng(test_seed());
+        AttnCase a;
+        a.causal = true, a.Tq = 70, a.Tk = 150, a.Hq = 3, a.Hkv = 1, a.D = 40;
+        a.config = x.name;
+        check_run(c.ctx, a, rng);
+    }
+    CHECK(defaults == 1);
+}
+
+TEST_CASE("attention: bad inputs get a status and a message naming the argument") {
+    Ctx c;
+    HostTensor q(WKV_DTYPE_F32, {1, 4, 4, 8}), k(WKV_DTYPE_F32, {1, 6, 2, 8}), v(WKV_DTYPE_F32, {1, 6, 2, 8}),
+        o(WKV_DTYPE_F32, {1, 4, 4, 8}), lse(WKV_DTYPE_F32, {1, 4, 4});
+    auto base = [&]() {
+        wkv_attention_desc d{};
+        d.struct_size = sizeof d;
+        d.q = q.view(), d.k = k.view(), d.v = v.view(), d.o = o.view(), d.lse = lse.view();
+        return d;
+    };
+    auto expect = [&](wkv_attention_desc d, wkv_status st, const char* needle) {
+        o.poison();
+        CAPTURE(needle);
+        CHECK(wkv_attention(c.ctx, &d) == st);
+        CHECK(std::string(wkv_last_error(c.ctx)).find(needle) != std::string::npos);
+        for (double x : o.read()) CHECK(std::isnan(x));  // nothing written on failure
+    };
+    REQUIRE(wkv_attention(c.ctx, nullptr) == WKV_ERROR_NULL_POINTER);
+    wkv_attention_desc d = base();
+    d.struct_size = 8;
+    expect(d, WKV_ERROR_STRUCT_SIZE, "desc->struct_size");
+    HostTensor k3(WKV_DTYPE_F32, {1, 6, 3, 8}), v3(WKV_DTYPE_F32, {1, 6, 3, 8});
+    d = base(), d.k = k3.view(), d.v = v3.view();
+    expect(d, WKV_ERROR_SHAPE, "not a multiple of desc->k's 3");
+    HostTensor kd(WKV_DTYPE_F32, {1, 6, 2, 7});
+    d = base(), d.k = kd.view();
+    expect(d, WKV_ERROR_SHAPE, "desc->k.shape[3] is 7, expected 8");
+    HostTensor vt(WKV_DTYPE_F32, {1, 5, 2, 8});
+    d = base(), d.v = vt.view();
+    expect(d, WKV_ERROR_SHAPE, "desc->v.shape[1] is 5, expected 6");
+    HostTensor oh(WKV_DTYPE_F16, {1, 4, 4, 8});
+    d = base(), d.o = oh.view();
+    expect(d, WKV_ERROR_DTYPE, "desc->o has another dtype than desc->q");
+    HostTensor lh(WKV_DTYPE_F16, {1, 4, 4});
+    d = base(), d.lse = lh.view();
+    expect(d, WKV_ERROR_DTYPE, "desc->lse must be float32");
+    d = base(), d.o = q.view();
+    expect(d, WKV_ERROR_ALIASING, "desc->o overlaps desc->q");
+    d = base(), d.flags = 0x10;
+    expect(d, WKV_ERROR_INVALID_ARGUMENT, "desc->flags");
+    d = base(), d.scale = std::numeric_limits<float>::infinity();
+    expect(d, WKV_ERROR_INVALID_ARGUMENT, "desc->scale");
+    d = base(), d.o.data = nullptr;
+    expect(d, WKV_ERROR_NULL_POINTER, "desc->o.data is NULL");
+    const int64_t qo[] = {0, 3, 2, 4}, ko[] = {0, 2, 4, 6}, ko_short[] = {0, 2, 4, 5};
+    d = base(), d.num_seqs = 3, d.q_offsets = qo, d.k_offsets = ko;
+    expect(d, WKV_ERROR_SEQUENCE_OFFSETS, "desc->q_offsets[2] = 2 is less than q_offsets[1] = 3");
+    const int64_t qo_ok[] = {0, 1, 2, 4};
+    d = base(), d.num_seqs = 3, d.q_offsets = qo_ok, d.k_offsets = ko_short;
+    expect(d, WKV_ERROR_SEQUENCE_OFFSETS, "desc->k_offsets[3] is 5 but the total Tk is 6");
+    d = base(), d.num_seqs = 3, d.q_offsets = qo_ok;
+    expect(d, WKV_ERROR_NULL_POINTER, "desc->k_offsets is NULL");
+    d = base(), d.q_offsets = qo_ok;
+    expect(d, WKV_ERROR_SEQUENCE_OFFSETS, "num_seqs is 0");
+    d = base(), d.config = "no.such.config";
+    expect(d, WKV_ERROR_INVALID_ARGUMENT, "\"no.such.config\" is not an attention configuration");
+    HostTensor q3(WKV_DTYPE_F32, {1, 4, 4, 300}), k300(WKV_DTYPE_F32, {1, 6, 2, 300}), v300(WKV_DTYPE_F32, {1, 6, 2, 300}),
+        o300(WKV_DTYPE_F32, {1, 4, 4, 300});
+    d = base(), d.q = q3.view(), d.k = k300.view(), d.v = v300.view(), d.o = o300.view();
+    CHECK(wkv_attention(c.ctx, &d) == WKV_ERROR_UNSUPPORTED);
+    CHECK(std::string(wkv_last_error(c.ctx)).find("D = 300") != std::string::npos);
+    int32_t n = 0;
+    CHECK(wkv_attention_configs(c.ctx, nullptr, 2, &n) == WKV_ERROR_NULL_POINTER);
+    CHECK(wkv_attention_configs(c.ctx, nullptr, 0, nullptr) == WKV_ERROR_NULL_POINTER);
+    wkv_attention_config bad{};
+    CHECK(wkv_attention_configs(c.ctx, &bad, 1, &n) == WKV_ERROR_STRUCT_SIZE);
+}
