@@ -20,10 +20,12 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks"
 TARGET = ROOT / "BENCHMARKS.md"
-ORDER = ["cuda", "vulkan", "cpu", "model-cuda", "model-cpu", "python-cuda", "python-cpu"]
+ORDER = ["cuda", "vulkan", "cpu", "attention-cuda", "attention-cpu", "model-cuda", "model-cpu", "python-cuda",
+         "python-cpu"]
 TITLES = {"cuda": "CUDA plugin", "vulkan": "Vulkan plugin", "cpu": "CPU backend",
           "model-cuda": "RWKV-7 model (wkv.model), CUDA", "model-cpu": "RWKV-7 model (wkv.model), CPU",
-          "python-cuda": "Python call overhead, CUDA tensors", "python-cpu": "Python call overhead, CPU"}
+          "python-cuda": "Python call overhead, CUDA tensors", "python-cpu": "Python call overhead, CPU",
+          "attention-cuda": "Attention (wkv_attention), CUDA", "attention-cpu": "Attention (wkv_attention), CPU"}
 
 
 def us(x):
@@ -117,6 +119,17 @@ def model_table(doc):
     return out
 
 
+def attention_table(doc):
+    out = ["| case | shape | dtype | libwkv median (config) | TFLOP/s | anchor | anchor median | libwkv vs anchor "
+           "| every config |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        every = ", ".join("%s %s" % (n.replace("cpu.tiled.", ""), us(t * 1000)) for n, t in r["configs_ms"].items())
+        out.append("| %s | %s | %s | %s (%s) | %.3f | %s | %s | %s | %s |" % (
+            r["case"], r["shape"], r["dtype"], us(r["libwkv_ms"] * 1000), r["config"], r["libwkv_tflops"],
+            r["anchor"], us(r["anchor_ms"] * 1000), ratio(r["anchor_ms"], r["libwkv_ms"]), every))
+    return out
+
+
 def python_table(doc):
     """A wkv call from Python against the same C call: the difference is the package's cost."""
     out = ["| case | shape | Python call | the C call alone | Python overhead |", "|---|---|---|---|---|"]
@@ -148,7 +161,8 @@ def render():
             out += header(doc)
             out.append("")
             table = {"cpu": cpu_table, "model-cpu": model_table, "model-cuda": model_table,
-                     "python-cpu": python_table, "python-cuda": python_table}.get(backend, gpu_table)
+                     "python-cpu": python_table, "python-cuda": python_table,
+                     "attention-cpu": attention_table, "attention-cuda": attention_table}.get(backend, gpu_table)
             out += table(doc)
     out += [
         "",
@@ -163,6 +177,8 @@ def render():
         "- Model: `WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src python3"
         " benchmarks/model_bench.py --sizes 0.1b --device cpu --out benchmarks/model-cpu-zen4.json`"
         " (needs torch and the rwkv package, the anchor, in the same process).",
+        "- Attention: `WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src python3"
+        " benchmarks/attention_bench.py --out benchmarks/attention-cpu-zen4.json` (torch SDPA in the same process).",
         "- Python overhead: `WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src python3"
         " benchmarks/python_overhead.py --out benchmarks/python-cpu-zen4.json`.",
         "- A new run: put its figures in a `benchmarks/<backend>-<machine>.json` (the fields above),"

@@ -40,10 +40,12 @@ namespace {
 #include "rwkv7_simd.inl"
 #include "rwkv6_simd.inl"
 #include "rwkv4_simd.inl"
+#include "attention_simd.inl"
 } // namespace
 } // namespace isa_avx512
 
 void install_avx512(OpSet* ops) noexcept {
+    ops->attention_block = isa_avx512::attn_block;
     isa_avx512::install_rwkv7(&ops->rwkv7);
     isa_avx512::install_rwkv6(&ops->rwkv6);
     isa_avx512::install_rwkv4(&ops->rwkv4);

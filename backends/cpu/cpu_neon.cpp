@@ -27,10 +27,12 @@ namespace {
 #include "rwkv7_simd.inl"
 #include "rwkv6_simd.inl"
 #include "rwkv4_simd.inl"
+#include "attention_simd.inl"
 } // namespace
 } // namespace isa_neon
 
 void install_neon(OpSet* ops) noexcept {
+    ops->attention_block = isa_neon::attn_block;
     isa_neon::install_rwkv7(&ops->rwkv7);
     isa_neon::install_rwkv6(&ops->rwkv6);
     isa_neon::install_rwkv4(&ops->rwkv4);

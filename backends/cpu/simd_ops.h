@@ -4,6 +4,7 @@
 #ifndef WKV_BACKENDS_CPU_SIMD_OPS_H
 #define WKV_BACKENDS_CPU_SIMD_OPS_H
 
+#include "attention.h"
 #include "isa.h"
 #include "op_common.h"
 
@@ -12,6 +13,7 @@ namespace wkv_cpu {
 /* The op descriptions a context runs: the scalar ones with the path's kernels put in. */
 struct OpSet {
     OpDesc rwkv7, rwkv6, rwkv4;
+    AttnBlockFn attention_block = nullptr; /* NULL: attention.cpp's scalar step */
 };
 
 /* The op set of a path (isa_compiled(isa) must hold). */

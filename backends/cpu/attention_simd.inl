@@ -1,0 +1,135 @@
+/* The vector form of attention.cpp's block step (AttnBlockFn), against the traits V: compiled
+ * once per path in cpu_<isa>.cpp. Rows are padded in scratch (attention.cpp): a row of q, of v and
+ * of the accumulator is Dp floats (a multiple of 16) with zeros after D, a transposed key block is D rows of Bc
+ * (a multiple of W) keys.
+ *
+ * Per pair of query rows: the scores against the block's keys with the accumulators in
+ * registers (one broadcast of q[r][d] per key vector: Bc / W FMAs per row and d, the key vectors
+ * loaded once for both rows), the masked lanes set to -inf, the running max, p = vexp(s - m),
+ * then acc = acc * exp(m_old - m) + sum_j p_j v_j, D in chunks of 4 vectors so the chunk's
+ * accumulators stay in registers across the block's keys. */
+
+/* Query rows per group: their score accumulators (rows x Bc / W vectors) and, in the P V
+ * product, their accumulators for 4 vectors of D (rows x 4) fit the register file: 4 rows on
+ * 32 registers of 16 floats, 2 on 16 registers of 8. */
+constexpr int kAttnRows = W >= 16 ? 4 : 2;
+
+WKV_SIMD_INLINE float attn_hmax(const T* x, int n) {
+    T m = x[0];
+    for (int i = 1; i < n; ++i) m = V::max(m, x[i]);
+    alignas(64) float t[W];
+    V::store(t, m);
+    float r = t[0];
+    for (int i = 1; i < W; ++i) r = r > t[i] ? r : t[i];
+    return r;
+}
+
+WKV_SIMD_INLINE float attn_hsum(const T* x, int n) {
+    T s = x[0];
+    for (int i = 1; i < n; ++i) s = V::add(s, x[i]);
+    alignas(64) float t[W];
+    V::store(t, s);
+    float r = 0.0f;
+    for (int i = 0; i < W; ++i) r += t[i];
+    return r;
+}
+
+/* Rows [0, rows) of the tile against nb keys (nb <= bc): see AttnBlockFn in attention.h. */
+template <int BCV>
+void attn_block_bcv(const float* q, int64_t rows, int64_t Dp, int64_t D, const float* kt, int64_t kt_stride,
+                    const float* vb, int64_t nb, const int64_t* seen, float* p_rows, float* acc, float* m, float* l) {
+    constexpr int64_t bc = (int64_t)BCV * W;
+    const T neg_inf = V::set1(-__builtin_inff());
+    for (int64_t r0 = 0; r0 < rows; r0 += kAttnRows) {
+        const int nr = rows - r0 < kAttnRows ? (int)(rows - r0) : kAttnRows;
+        T s[kAttnRows][BCV];
+        for (int i = 0; i < kAttnRows; ++i)
+            for (int c = 0; c < BCV; ++c) s[i][c] = V::zero();
+        for (int64_t d = 0; d < D; ++d) {
+            const float* kd = kt + d * kt_stride;
+            T kv[BCV];
+            for (int c = 0; c < BCV; ++c) kv[c] = V::load(kd + c * W);
+            for (int i = 0; i < kAttnRows; ++i) {
+                if (i >= nr) break;
+                const T qd = V::set1(q[(r0 + i) * Dp + d]);
+                for (int c = 0; c < BCV; ++c) s[i][c] = V::fma(qd, kv[c], s[i][c]);
+            }
+        }
+        /* per row: mask, max, p = exp(s - max) into p_rows (zeros where masked or skipped) */
+        float corr[kAttnRows];
+        int64_t keys = 0; /* the group's widest n_seen: the P V product's keys */
+        for (int i = 0; i < nr; ++i) {
+            const int64_t r = r0 + i;
+            const int64_t n_seen = seen[r] < nb ? seen[r] : nb;
+            float* pr = p_rows + i * bc;
+            corr[i] = 1.0f;
+            if (n_seen <= 0) {
+                for (int c = 0; c < BCV; ++c) V::store(pr + c * W, V::zero());
+                continue;
+            }
+            alignas(64) float lane[W];
+            for (int c = 0; c < BCV; ++c) { /* lanes at or past n_seen: -inf */
+                const int64_t j0 = (int64_t)c * W;
+                if (j0 + W <= n_seen) continue;
+                for (int t = 0; t < W; ++t) lane[t] = j0 + t < n_seen ? 0.0f : -1.0f;
+                /* a blend, not an add: a stale key column may hold anything, even NaN */
+                s[i][c] = V::blend(V::lt(V::load(lane), V::zero()), neg_inf, s[i][c]);
+            }
+            const float mx = std::max(m[r], attn_hmax(s[i], BCV));
+            if (mx == -__builtin_inff()) {
+                for (int c = 0; c < BCV; ++c) V::store(pr + c * W, V::zero());
+                continue;
+            }
+            corr[i] = m[r] == -__builtin_inff() ? 0.0f : std::exp(m[r] - mx);
+            const T mxv = V::set1(mx);
+            T pv[BCV];
+            for (int c = 0; c < BCV; ++c) pv[c] = V::sub(s[i][c], mxv);
+            vexp_n<BCV>(pv); /* exp(-inf) is exactly 0: masked lanes add nothing below */
+            l[r] = l[r] * corr[i] + attn_hsum(pv, BCV);
+            m[r] = mx;
+            for (int c = 0; c < BCV; ++c) V::store(pr + c * W, pv[c]);
+            keys = n_seen > keys ? n_seen : keys;
+        }
+        if (keys == 0) continue;
+        /* acc = acc * corr + P V for the group's rows, 4 vectors of D at a time, each V row
+         * loaded once for every row of the group */
+        for (int64_t d0 = 0; d0 < Dp; d0 += 4 * W) {
+            const int nv = Dp - d0 >= 4 * W ? 4 : (int)((Dp - d0) / W);
+            T a[kAttnRows][4];
+            for (int i = 0; i < kAttnRows; ++i) {
+                const T cv = V::set1(i < nr ? corr[i] : 0.0f);
+                for (int u = 0; u < 4; ++u)
+                    a[i][u] = i < nr && u < nv ? V::mul(V::load(acc + (r0 + i) * Dp + d0 + u * W), cv) : V::zero();
+            }
+            for (int64_t j = 0; j < keys; ++j) {
+                const float* vj = vb + j * Dp + d0;
+                T vv[4];
+                for (int u = 0; u < 4; ++u) vv[u] = u < nv ? V::load(vj + u * W) : V::zero();
+                for (int i = 0; i < kAttnRows; ++i) {
+                    if (i >= nr) break;
+                    const T pj = V::set1(p_rows[i * bc + j]);
+                    for (int u = 0; u < 4; ++u)
+                        if (u < nv) a[i][u] = V::fma(pj, vv[u], a[i][u]);
+                }
+            }
+            for (int i = 0; i < kAttnRows; ++i) {
+                if (i >= nr) break;
+                for (int u = 0; u < 4; ++u)
+                    if (u < nv) V::store(acc + (r0 + i) * Dp + d0 + u * W, a[i][u]);
+            }
+        }
+    }
+}
+
+/* AttnBlockFn: false for a block size this path has no kernel for (the scalar step runs). */
+bool attn_block(const float* q, int64_t rows, int64_t Dp, int64_t D, const float* kt, int64_t kt_stride,
+                const float* vb, int64_t nb, int64_t bc, const int64_t* seen, float* p_rows, float* acc, float* m,
+                float* l) {
+    if (bc == 64 && Dp % W == 0)
+        attn_block_bcv<64 / W>(q, rows, Dp, D, kt, kt_stride, vb, nb, seen, p_rows, acc, m, l);
+    else if (bc == 128 && Dp % W == 0)
+        attn_block_bcv<128 / W>(q, rows, Dp, D, kt, kt_stride, vb, nb, seen, p_rows, acc, m, l);
+    else
+        return false;
+    return true;
+}

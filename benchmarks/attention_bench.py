@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""libwkv's attention forward against torch.nn.functional.scaled_dot_product_attention in the
+same process, on the CPU (or CUDA with --device cuda once the plugin has a kernel).
+
+    WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src \
+        python3 benchmarks/attention_bench.py --out benchmarks/attention-cpu-zen4.json
+
+Each case: float32 [B, T, H, D] inputs (torch's in its [B, H, T, D] layout, contiguous),
+libwkv with its default configuration and with every configuration, torch SDPA (its CPU
+flash kernel), alternating, medians of --repeats; TFLOP/s = 4 B H T^2 D (halved when causal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+import wkv
+
+CASES = [(1, 32, 1024, 64, False), (1, 32, 1024, 64, True), (1, 32, 1024, 128, True), (4, 32, 1024, 64, True),
+         (1, 32, 4096, 64, True)]
+
+
+def median_ms(fn, repeats):
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e3
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    configs = [c["name"] for c in wkv.attention_configs()]
+    rows = []
+    for B, H, T, D, causal in CASES:
+        q, k, v = (torch.randn(B, T, H, D) for _ in range(3))
+        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        per = {}
+        with torch.no_grad():
+            t_torch = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
+                                args.repeats)
+            for name in configs:
+                per[name] = median_ms(lambda: wkv.attention(q, k, v, causal=causal, config=name), args.repeats)
+        flops = 4.0 * B * H * T * T * D * (0.5 if causal else 1.0)
+        default = configs[0]
+        row = {"case": "attention fwd%s" % (" causal" if causal else ""), "shape": "B=%d H=%d T=%d D=%d" % (B, H, T, D),
+               "dtype": "f32", "libwkv_ms": per[default], "config": default, "configs_ms": per,
+               "anchor": "torch SDPA (CPU)", "anchor_ms": t_torch, "libwkv_tflops": flops / per[default] / 1e9}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    try:
+        cpu = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")][0]
+    except (OSError, IndexError):
+        cpu = platform.processor()
+    doc = {"backend": "attention-cpu", "machine": "%s, %d CPUs; torch %s (%d threads)" % (
+               cpu, os.cpu_count(), torch.__version__, torch.get_num_threads()),
+           "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "libwkv_command": "python3 benchmarks/attention_bench.py " + " ".join(sys.argv[1:]),
+           "anchor": "torch.nn.functional.scaled_dot_product_attention on CPU tensors, same process, alternating",
+           "anchor_same_run": True,
+           "method": "medians of %d calls after one warm-up; libwkv with its default configuration (%s); the CPU "
+                     "context's 2 threads, torch's %d" % (args.repeats, configs[0], torch.get_num_threads()),
+           "rows": rows}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
