@@ -78,6 +78,8 @@ valgrind_tests() {
   cases+=',fault*'
   # NaN and Inf in every input of every op (the policy of wkv.h's NUMERICS)
   cases+=',rwkv nonfinite*'
+  # attention: every refusal, packed sequences, rows that see no key
+  cases+=',attention: bad inputs*,attention: packed*,attention: fully masked*'
   # glibc 2.36's ld.so reads a word past a short RPATH string while dlopen loads a GPU plugin
   # (libwkv_cuda.so, when nvcc built it): not libwkv's, and Debian's suppressions miss it.
   cat >"$logs/valgrind-ldso.supp" <<'SUPP'
