@@ -6,7 +6,8 @@
 
 For each size: a random-init model (the shape of RWKV-7's 0.1B / 1.5B, vocabulary 65536), saved
 as a .pth for the rwkv package ("cpu fp32" / "cuda fp32" strategy, the same dtype as ours), then
-on both: a prefill of --prefill tokens and --decode single-token steps, medians over --repeats.
+on both: a prefill of --prefill tokens and --decode single-token steps, in --repeats rounds that
+alternate the two (medians over the rounds).
 libwkv's share is the time inside its op calls (wall clock around each call; on CUDA each timed
 call synchronises, so that share is an upper bound there). Writes a result file for
 benchmarks/render.py.
@@ -93,10 +94,13 @@ def bench_ours(model, prompt, decode, repeats, device):
             statistics.median(share_dec))
 
 
-def bench_rwkv(path, strategy, prompt, decode, repeats, device):
+def load_rwkv(path, strategy):
     from rwkv.model import RWKV
 
-    ref = RWKV(path[:-4], strategy)
+    return RWKV(path[:-4], strategy)
+
+
+def bench_rwkv(ref, prompt, decode, repeats, device):
     pre, dec = [], []
     with torch.no_grad():
         ref.forward(prompt[:16], None)
@@ -111,8 +115,17 @@ def bench_rwkv(path, strategy, prompt, decode, repeats, device):
                 logits, state = ref.forward([prompt[i % len(prompt)]], state)
                 logits.argmax().item()
             dec.append((time.perf_counter() - t) / decode)
-    del ref
     return statistics.median(pre), statistics.median(dec)
+
+
+def alternate(ours_fn, theirs_fn, rounds):
+    """Rounds of one repeat each, ours then theirs (the VM's speed drifts between minutes);
+    the medians over the rounds of every figure."""
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(ours_fn())
+        b.append(theirs_fn())
+    return tuple(statistics.median(x) for x in zip(*a)), tuple(statistics.median(x) for x in zip(*b))
 
 
 def bench_c(binary, path, prompt, decode, repeats):
@@ -159,14 +172,15 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "model.pth")
             torch.save(model.state_dict(), path)
-            ours = bench_ours(model, prompt, args.decode, args.repeats, args.device)
             c_rates = None
             if args.c_example:
                 st_path = os.path.join(d, "model.safetensors")
                 wm.save_safetensors(model.state_dict(), st_path)
                 c_rates = bench_c(args.c_example, st_path, prompt, args.decode, args.repeats)
-            del model
-            theirs = bench_rwkv(path, "%s fp32" % args.device, prompt, args.decode, args.repeats, args.device)
+            ref = load_rwkv(path, "%s fp32" % args.device)
+            ours, theirs = alternate(lambda: bench_ours(model, prompt, args.decode, 1, args.device),
+                                     lambda: bench_rwkv(ref, prompt, args.decode, 1, args.device), args.repeats)
+            del model, ref
         row = {"size": size, "n_layer": n_layer, "n_embd": n_embd, "dtype": "fp32", "prefill_tokens": args.prefill,
                "libwkv_prefill_tok_s": args.prefill / ours[0], "libwkv_decode_tok_s": 1.0 / ours[1],
                "op_share_prefill": ours[2], "op_share_decode": ours[3],
@@ -185,7 +199,7 @@ def main() -> int:
                         torch.__version__, torch.get_num_threads()),
            "anchor_same_run": True, "libwkv": wkv.version(),
            "method": "random-init models, fp32 weights; prefill of %d tokens in one call, %d decode steps "
-                     "(each ends with the argmax on the host); medians of %d repeats" % (
+                     "(each ends with the argmax on the host); %d rounds alternating the two, medians" % (
                          args.prefill, args.decode, args.repeats),
            "rows": rows}
     if args.out:
