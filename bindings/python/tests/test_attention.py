@@ -128,3 +128,20 @@ def test_bad_inputs_are_named(rng):
         wkv.attention(*(np.zeros((1, 2, 1, 300), np.float32) for _ in range(3)))
     with pytest.raises(wkv.InvalidArgumentError, match="requires grad"):
         wkv.attention(torch.zeros(1, 2, 1, 8, requires_grad=True), torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8))
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="needs torch >= 2.4")
+def test_torch_custom_op_opcheck_and_compile(rng):
+    import wkv.torch as wt
+
+    q, k, v = (torch.tensor(x, dtype=torch.float32) for x in draw(rng, 1, 9, 12, 4, 2, 16))
+    torch.library.opcheck(torch.ops.wkv.attention.default, (q, k, v, None, None, True, 0.0, 0))
+    off = torch.tensor([0, 4, 9]), torch.tensor([0, 5, 12])
+    torch.library.opcheck(torch.ops.wkv.attention.default, (q, k, v, off[0], off[1], False, 0.3, 0))
+    o, lse = wt.attention(q, k, v, causal=True)
+    assert rel_rms(o, oracle(q, k, v, True)) <= 1e-5 and lse.shape == (1, 4, 9)
+    compiled = torch.compile(lambda a, b, c: wt.attention(a, b, c, causal=True)[0] * 2, backend="aot_eager",
+                             fullgraph=True)
+    assert torch.allclose(compiled(q, k, v), o * 2)
+    with pytest.raises(wkv.DTypeError, match="share one dtype"):
+        torch.ops.wkv.attention(q.to("meta"), k.to("meta").half(), v.to("meta"), None, None, False, 0.0, 0)

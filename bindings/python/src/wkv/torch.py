@@ -36,8 +36,8 @@ from . import ops as _ops
 from .context import Context, context_by_id, current_context
 from .errors import DeviceMismatchError, DTypeError, InvalidArgumentError
 
-__all__ = ["rwkv7", "rwkv6", "rwkv4", "RWKV7Function", "RWKV6Function", "RWKV4Function", "HAS_CUSTOM_OP",
-           "custom_ops"]
+__all__ = ["rwkv7", "rwkv6", "rwkv4", "attention", "RWKV7Function", "RWKV6Function", "RWKV4Function",
+           "HAS_CUSTOM_OP", "custom_ops"]
 
 #: True when torch has ``torch.library.custom_op`` (2.4+); the ops are then registered.
 HAS_CUSTOM_OP = all(hasattr(torch.library, n) for n in ("custom_op", "register_fake", "register_autograd"))
@@ -210,6 +210,55 @@ def _define_custom_op(spec: _ops.OpSpec) -> None:
 if HAS_CUSTOM_OP:
     for _name in ("rwkv7", "rwkv6", "rwkv4"):
         _define_custom_op(_ops.SPECS[_name])
+
+
+def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offsets: Optional[torch.Tensor],
+                    k_offsets: Optional[torch.Tensor], causal: bool, scale: float,
+                    context_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    from .attention import attention as _attention
+
+    with torch.no_grad():  # forward only: the op has no autograd formula yet
+        o, lse = _attention(q, k, v, causal=causal, scale=scale if scale != 0.0 else None, q_offsets=q_offsets,
+                            k_offsets=k_offsets, return_lse=True, context=_context(context_id))
+    return o, lse
+
+
+def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offsets: Optional[torch.Tensor],
+                    k_offsets: Optional[torch.Tensor], causal: bool, scale: float,
+                    context_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    fn = "wkv.torch.attention"
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise DeviceMismatchError("%s: %s is on %s but q is on %s" % (fn, name, t.device, q.device))
+        if t.dtype != q.dtype:
+            raise DTypeError("%s: %s is %s but q is %s (q, k, v share one dtype)" % (fn, name, t.dtype, q.dtype))
+    if _tensors.torch_code(q.dtype) not in _tensors.SUPPORTED:
+        raise DTypeError("%s: q is %s; libwkv takes float32, float16 or bfloat16" % (fn, q.dtype))
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+if HAS_CUSTOM_OP:
+    _attention_op = torch.library.custom_op(
+        "wkv::attention", _attention_impl, mutates_args=(),
+        schema="(Tensor q, Tensor k, Tensor v, Tensor? q_offsets, Tensor? k_offsets, bool causal, float scale, "
+               "int context_id) -> (Tensor, Tensor)")
+    _attention_op.register_fake(_attention_fake)
+    custom_ops["attention"] = (_attention_op, None)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              scale: Optional[float] = None, q_offsets: Any = None, k_offsets: Any = None,
+              context: Optional[Context] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention forward on torch tensors through the custom op ``torch.ops.wkv.attention``
+    (traceable by ``torch.compile``) → ``(o, lse)``; arguments as :func:`wkv.attention`. Not
+    differentiable yet."""
+    if context is None and not _is_compiling():
+        context = current_context()
+    qo, ko = _offsets_tensor(q_offsets), _offsets_tensor(k_offsets)
+    cid = context.id if context is not None else 0
+    if not HAS_CUSTOM_OP:
+        return _attention_impl(q, k, v, qo, ko, bool(causal), float(scale or 0.0), cid)
+    return torch.ops.wkv.attention(q, k, v, qo, ko, bool(causal), float(scale or 0.0), cid)
 
 # ------------------------------------------------------------------------------ public
 
