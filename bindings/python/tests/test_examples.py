@@ -44,3 +44,32 @@ def test_fuzz_corpus_is_what_make_corpus_writes(tmp_path):
         assert ours == sorted(os.listdir(committed / name)), name
         match, mismatch, errors = filecmp.cmpfiles(tmp_path / name, committed / name, ours, shallow=False)
         assert not mismatch and not errors, (name, mismatch, errors)
+
+
+def test_info_json_is_wkv_bench_s_schema():
+    """python -m wkv info --json and wkv-bench info --json describe the same library alike."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import wkv
+
+    env = dict(os.environ, PYTHONPATH=str(Path(wkv.__file__).parent.parent))
+    py = json.loads(subprocess.run([sys.executable, "-m", "wkv", "info", "--json"], capture_output=True, text=True,
+                                   env=env, timeout=120, check=True).stdout)
+    assert py["kind"] == "info" and py["libwkv"] == wkv.version()
+    cpu = [b for b in py["backends"] if b["backend"] == "cpu"][0]
+    assert cpu["available"] and "rwkv7" in cpu["ops"] and cpu["attention_configs"]
+    bench = Path(wkv.library_path()).parent / "tools" / "wkv-bench" / "wkv-bench"
+    if not bench.exists():
+        pytest.skip("no wkv-bench next to the library (%s)" % bench)
+    c = json.loads(subprocess.run([str(bench), "info", "--json"], capture_output=True, text=True, timeout=120,
+                                  check=True).stdout)
+    assert set(c) == set(py)
+    for a, b in zip(c["backends"], py["backends"]):
+        assert set(a) == set(b) and a["backend"] == b["backend"]
+        for key in ("available", "ops", "dtypes", "decay_forms", "head_sizes", "attention_configs"):
+            assert a[key] == b[key], (a["backend"], key)
+    assert c["libwkv"] == py["libwkv"] and c["version_code"] == py["version_code"] and c["build"] == py["build"]

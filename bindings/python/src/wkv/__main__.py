@@ -1,6 +1,6 @@
 """``python -m wkv``: ``info`` and ``golden``, mirroring ``wkv-bench``.
 
-    python -m wkv info                      library, build, backends, devices, support
+    python -m wkv info [--json]             library, build, backends, devices, support
     python -m wkv golden [options] [FILE...]  golden files through the Python API
 
 Exit status: 0 on success (golden: every file passed), 1 on failure, 2 on a usage error.
@@ -9,6 +9,7 @@ Exit status: 0 on success (golden: every file passed), 1 on failure, 2 on a usag
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import List, Optional
 
@@ -20,6 +21,32 @@ def _gib(n: int) -> str:
     return ", %.1f GiB" % g if g >= 1 else ", %.0f MiB" % (n / 1024.0 ** 2)
 
 
+def _attention_config_names(backend: str) -> List[str]:
+    import wkv
+
+    try:
+        with wkv.Context(backend) as ctx:
+            return [c["name"] for c in wkv.attention_configs(ctx)]
+    except (wkv.WkvError, OSError):
+        return []
+
+
+def info_json(d: dict) -> dict:
+    """wkv.info() in the schema of ``wkv-bench info --json`` (one JSON object, the same keys)."""
+    backends = []
+    for name in ("cpu", "cuda", "vulkan"):
+        b = d["backends"][name]
+        backends.append({
+            "backend": name, "available": bool(b["available"]), "reason": b["reason"] or "",
+            "devices": [{"device": dev["name"], "memory_bytes": dev["memory_bytes"],
+                         "compute_units": dev["compute_units"]} for dev in b["devices"]],
+            "ops": b["ops"], "dtypes": b["dtypes"], "decay_forms": b["decay_forms"], "head_sizes": b["head_sizes"],
+            "attention_configs": _attention_config_names(name) if b["available"] else [],
+        })
+    return {"kind": "info", "libwkv": d["version"], "version_code": d["version_code"], "build": d["build"],
+            "backends": backends, "auto": d.get("auto") or None}
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     """Prints what ``wkv.info()`` returns, in wkv-bench's layout."""
     import wkv
@@ -29,6 +56,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     except OSError as e:
         print("libwkv could not be loaded: %s" % e, file=sys.stderr)
         return 1
+    if getattr(args, "json", False):
+        print(json.dumps(info_json(d)))
+        return 0
     code = d["version_code"]
     print("libwkv %s (library %d.%d.%d), Python package wkv %s" % (
         d["version"], code // 10000, code // 100 % 100, code % 100, d["package_version"]))
@@ -97,6 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m wkv", description="libwkv from Python: info and golden checks.")
     sub = p.add_subparsers(dest="cmd")
     sp = sub.add_parser("info", help="library, build, backends, devices and what they support")
+    sp.add_argument("--json", action="store_true", help="one JSON object, the schema of wkv-bench info --json")
     sp.set_defaults(func=cmd_info)
     sp = sub.add_parser("golden", help="run golden files through the Python API (float32, limit 1e-4)",
                         description="Runs each golden file's case through wkv.rwkv7/6/4 and their backward "
