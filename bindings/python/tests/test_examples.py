@@ -73,3 +73,9 @@ def test_info_json_is_wkv_bench_s_schema():
         for key in ("available", "ops", "dtypes", "decay_forms", "head_sizes", "attention_configs"):
             assert a[key] == b[key], (a["backend"], key)
     assert c["libwkv"] == py["libwkv"] and c["version_code"] == py["version_code"] and c["build"] == py["build"]
+
+
+def test_context_parallel_example_matches_one_process():
+    pytest.importorskip("torch", reason="torch is not installed")
+    out = run("examples/python/context_parallel.py", "--spawn", "2", "--T", "300", "--repeats", "1")
+    assert "PASS" in out and "worst rel err" in out, out
