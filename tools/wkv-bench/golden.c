@@ -11,7 +11,7 @@ static void golden_usage(FILE* f) {
     fprintf(f,
             "usage: wkv-bench golden [--backend auto|cpu|cuda|vulkan] [--dtype f32|f16|bf16|all]\n"
             "                        [--device I] [--threads K] [--key-major] [--reference]\n"
-            "                        [--verbose] [FILE...]\n"
+            "                        [--verbose] [--json] [FILE...]\n"
             "\n"
             "Runs each golden file's case through the public API — wkv_forward (state in and\n"
             "out), then wkv_backward (dy, d state_out, workspace, d state_in) — with every output\n"
@@ -29,6 +29,10 @@ static void golden_usage(FILE* f) {
             "  --key-major   pass the states key-major (WKV_FLAG_STATE_KEY_MAJOR)\n"
             "  --reference   check libwkv's float64 reference against the files instead\n"
             "  --verbose     also print every tensor's error\n"
+            "  --json        one JSON object per file and line instead: {\"kind\": \"golden\", \"file\",\n"
+            "                \"op\", \"backend\", \"device\", \"dtype\", \"status\" (pass, fail, unsupported,\n"
+            "                error), \"max_rel_err\", \"worst\", \"message\", \"tensors\": [{\"name\", \"err\",\n"
+            "                \"tol\", \"pass\"}]}, then {\"kind\": \"golden_summary\", \"passed\", \"total\"}\n"
             "  FILE...       golden files; a bare name is also looked up in the golden\n"
             "                directory (default: every *.safetensors in $WKV_GOLDEN_DIR, else\n"
             "                %s)\n"
@@ -43,6 +47,37 @@ static void golden_usage(FILE* f) {
     );
 }
 
+static void json_number(double x) {
+    if (x == x && x - x == 0.0) printf("%.6g", x);
+    else printf("null"); /* NaN or infinite: not a JSON number */
+}
+
+static void golden_json(const char* file, const wkv_golden_result* r, int reference) {
+    static const char* const status[] = {"pass", "fail", "unsupported", "error"};
+    printf("{\"kind\":\"golden\",\"file\":");
+    bench_json_string(stdout, file);
+    printf(",\"op\":");
+    bench_json_string(stdout, r->op_name);
+    printf(",\"backend\":\"%s\",\"device\":", reference ? "reference" : wkvt_backend_name(r->backend));
+    bench_json_string(stdout, r->device);
+    printf(",\"dtype\":\"%s\",\"status\":\"%s\",\"max_rel_err\":", wkvt_dtype_name(r->dtype),
+           r->status >= 0 && r->status <= 3 ? status[r->status] : "error");
+    json_number(r->max_rel_err);
+    printf(",\"worst\":");
+    bench_json_string(stdout, r->worst);
+    printf(",\"message\":");
+    bench_json_string(stdout, r->message);
+    printf(",\"tensors\":[");
+    for (int t = 0; t < r->num_tensors; t++) {
+        printf("%s{\"name\":", t ? "," : "");
+        bench_json_string(stdout, r->tensors[t].name);
+        printf(",\"err\":");
+        json_number(r->tensors[t].err);
+        printf(",\"tol\":%.6g,\"pass\":%s}", r->tensors[t].tol, r->tensors[t].pass ? "true" : "false");
+    }
+    printf("]}\n");
+}
+
 static const char* base_name(const char* path) {
     const char* s = strrchr(path, '/');
     return s ? s + 1 : path;
@@ -54,7 +89,7 @@ int bench_golden(int argc, char** argv) {
     memset(&o, 0, sizeof o);
     o.backend = WKV_BACKEND_AUTO;
     wkv_dtype dtypes[3] = {WKV_DTYPE_F32};
-    int ndtypes = 1, reference = 0, verbose = 0;
+    int ndtypes = 1, reference = 0, verbose = 0, json = 0;
     char** files = (char**)calloc((size_t)argc + 1, sizeof *files);
     size_t nfiles = 0;
     if (!files) return BENCH_FAIL;
@@ -99,6 +134,8 @@ int bench_golden(int argc, char** argv) {
             reference = 1;
         } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
             verbose = 1;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             bench_usage_error(cmd, "unknown option '%s'", argv[i]);
             goto out;
@@ -155,6 +192,13 @@ int bench_golden(int argc, char** argv) {
             wkv_golden_result r;
             if (reference) wkv_golden_run_reference(paths[f], &r);
             else wkv_golden_run_ex(paths[f], &o, &r);
+            total++;
+            passed += r.status == WKV_GOLDEN_PASS;
+            if (json) {
+                golden_json(base_name(paths[f]), &r, reference);
+                fflush(stdout);
+                continue;
+            }
             char line[1024];
             wkv_golden_format(&r, line, sizeof line);
             if (reference) { /* "cpu f32" would be misleading */
@@ -175,11 +219,10 @@ int bench_golden(int argc, char** argv) {
                     printf("%*s    %-8s %.3e  (tol %.0e)%s\n", (int)width, "", r.tensors[t].name,
                            r.tensors[t].err, r.tensors[t].tol, r.tensors[t].pass ? "" : "  FAIL");
             fflush(stdout);
-            total++;
-            passed += r.status == WKV_GOLDEN_PASS;
         }
     }
-    printf("%d of %d passed\n", passed, total);
+    if (json) printf("{\"kind\":\"golden_summary\",\"passed\":%d,\"total\":%d}\n", passed, total);
+    else printf("%d of %d passed\n", passed, total);
     wkv_golden_list_free(listed, nlisted);
     rc = passed == total ? BENCH_OK : BENCH_FAIL;
 out:

@@ -79,3 +79,27 @@ def test_context_parallel_example_matches_one_process():
     pytest.importorskip("torch", reason="torch is not installed")
     out = run("examples/python/context_parallel.py", "--spawn", "2", "--T", "300", "--repeats", "1")
     assert "PASS" in out and "worst rel err" in out, out
+
+
+def test_golden_json_is_wkv_bench_s_schema(golden_dir):
+    """python -m wkv golden --json and wkv-bench golden --json: one schema, the same verdicts."""
+    import json
+    from pathlib import Path
+
+    import wkv
+
+    env = dict(os.environ, PYTHONPATH=str(SRC), WKV_GOLDEN_DIR=str(golden_dir))
+    lines = subprocess.run([sys.executable, "-m", "wkv", "golden", "--json", "--backend", "cpu"], capture_output=True,
+                           text=True, env=env, timeout=600).stdout.splitlines()
+    py = [json.loads(ln) for ln in lines]
+    assert py[-1]["kind"] == "golden_summary" and py[-1]["passed"] == py[-1]["total"] > 0
+    bench = Path(wkv.library_path()).parent / "tools" / "wkv-bench" / "wkv-bench"
+    if not bench.exists():
+        pytest.skip("no wkv-bench next to the library")
+    c = [json.loads(ln) for ln in subprocess.run([str(bench), "golden", "--json", "--backend", "cpu"],
+                                                   capture_output=True, text=True, env=env, timeout=600).stdout.splitlines()]
+    assert [r["kind"] for r in c] == [r["kind"] for r in py]
+    for a, b in zip(c, py):
+        assert set(a) == set(b)
+        if a["kind"] == "golden":
+            assert a["file"] == b["file"] and a["status"] == b["status"] == "pass" and a["op"] == b["op"]

@@ -113,13 +113,26 @@ def cmd_golden(args: argparse.Namespace) -> int:
     with ctx:
         for f in files:
             r = golden.run_file(f, context=ctx, key_major=args.key_major)
+            passed += r.status == "PASS"
+            if args.json:  # the schema of wkv-bench golden --json
+                finite = lambda x: x if x == x and x - x == 0 else None  # noqa: E731
+                print(json.dumps({
+                    "kind": "golden", "file": f.name, "op": f.name.split("_")[0], "backend": ctx.backend,
+                    "device": "", "dtype": "f32", "status": r.status.lower(),
+                    "max_rel_err": finite(r.max_rel_err), "worst": r.worst,
+                    "message": r.message,
+                    "tensors": [{"name": n, "err": finite(e), "tol": golden.TOL_F32, "pass": e <= golden.TOL_F32}
+                                for n, e in r.errors.items()]}), flush=True)
+                continue
             print(golden.format_result(r, width), flush=True)
             if args.verbose:
                 for name, err in r.errors.items():
                     flag = "" if err <= golden.TOL_F32 else "  FAIL"
                     print("%*s    %-8s %.3e  (tol %.0e)%s" % (width, "", name, err, golden.TOL_F32, flag))
-            passed += r.status == "PASS"
-    print("%d of %d passed" % (passed, len(files)))
+    if args.json:
+        print(json.dumps({"kind": "golden_summary", "passed": passed, "total": len(files)}))
+    else:
+        print("%d of %d passed" % (passed, len(files)))
     return 0 if passed == len(files) else 1
 
 
@@ -141,6 +154,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sp.add_argument("--threads", type=int, default=0, help="CPU threads (default: the library's)")
     sp.add_argument("--key-major", action="store_true", help="pass the states key-major")
     sp.add_argument("--verbose", "-v", action="store_true", help="also print every tensor's error")
+    sp.add_argument("--json", action="store_true", help="one JSON object per file (wkv-bench golden --json's schema)")
     sp.set_defaults(func=cmd_golden)
     args = p.parse_args(argv)
     if not getattr(args, "func", None):
