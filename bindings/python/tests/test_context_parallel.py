@@ -99,3 +99,19 @@ def test_two_processes_over_gloo_equal_one(tmp_path, rng):
     for name, t in x.items():
         got = torch.cat([p["grads"][name] for p in parts], 1)
         assert rel(got, t.grad) <= 1e-4, name
+
+
+@pytest.mark.parametrize("segments", [2, 5])
+def test_rwkv6_segmented_equals_the_whole_sequence(rng, segments):
+    x = {n: torch.tensor(a, requires_grad=True)
+         for n, a in ref.random_inputs(rng, 1, 40, 2, 16, "exp_neg_exp").items() if n in "rwkv"}
+    u = torch.tensor(rng.standard_normal((2, 16)).astype(np.float32) * 0.3, requires_grad=True)
+    s0 = torch.randn(1, 2, 16, 16)
+    y, s = wt.rwkv6_segmented(*x.values(), u, s0, segments=segments)
+    y_ref, s_ref = wt.rwkv6(*x.values(), u, s0)
+    assert rel(y, y_ref) <= TOL and rel(s, s_ref) <= TOL
+    dy = torch.randn_like(y)
+    g = torch.autograd.grad((y * dy).sum(), [*x.values(), u])
+    gw = torch.autograd.grad((y_ref * dy).sum(), [*x.values(), u])
+    for name, a, b in zip([*x, "u"], g, gw):
+        assert rel(a, b) <= 1e-4, name
