@@ -72,6 +72,14 @@
  *     S[i][j] = S[i][j] * decay_t[j] + k_t[j] * v_t[i]
  *   RWKV-5 is RWKV-6 with a decay that does not change over time: pass w with a T-stride 0.
  *
+ * Segments of one sequence (context parallelism): for RWKV-7 and RWKV-6 a segment's final
+ * state is affine in its initial one, S_end = S_start * A + B (A acting on the key axis). B is
+ * the segment's final state from a zero state; A is its final state from the identity
+ * (S[i][j] = 1 if i == j) with v = 0. So segments can run at the same time, their (A, B)
+ * compose in order ((A1, B1) then (A2, B2) = (A1 A2, B1 A2 + B2)), and each segment then runs
+ * once more from its true initial state for its y. The Python package does this across
+ * processes and devices (wkv.torch.context_parallel_rwkv7).
+ *
  * RWKV-4 (WKV_OP_RWKV4): per channel c of C: k, v, y are [B,T,C], w (time_decay) and u
  *   (time_first) are [C]; the per-step decay is exp(-exp(w)) (wd = -exp(w), the usual
  *   -exp(time_decay) convention), so decay_form must be WKV_DECAY_EXP_NEG_EXP. The state is
