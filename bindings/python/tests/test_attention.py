@@ -145,3 +145,28 @@ def test_torch_custom_op_opcheck_and_compile(rng):
     assert torch.allclose(compiled(q, k, v), o * 2)
     with pytest.raises(wkv.DTypeError, match="share one dtype"):
         torch.ops.wkv.attention(q.to("meta"), k.to("meta").half(), v.to("meta"), None, None, False, 0.0, 0)
+
+
+def test_golden_files_are_what_the_script_writes(tmp_path):
+    """tests/golden/attention/make_attention_golden.py reproduces the committed files (values
+    to 1e-12: the oracle's float64 sums may round differently across torch builds)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from wkv.golden import load_safetensors
+
+    here = REPO / "tests" / "golden" / "attention"
+    subprocess.run([sys.executable, str(here / "make_attention_golden.py"), str(tmp_path)], check=True, timeout=300)
+    committed = sorted(p.name for p in here.glob("*.safetensors"))
+    assert committed and committed == sorted(p.name for p in tmp_path.glob("*.safetensors"))
+    for name in committed:
+        meta_a, ta = load_safetensors(here / name)
+        meta_b, tb = load_safetensors(tmp_path / name)
+        assert {k: v for k, v in meta_a.items() if k != "oracle"} == {k: v for k, v in meta_b.items() if k != "oracle"}
+        assert set(ta) == set(tb)
+        for key in ta:
+            a, b = np.asarray(ta[key]), np.asarray(tb[key])
+            assert a.shape == b.shape and a.dtype == b.dtype, (name, key)
+            fin = np.isfinite(a)
+            assert (fin == np.isfinite(b)).all() and np.allclose(a[fin], b[fin], rtol=1e-12, atol=1e-12), (name, key)
