@@ -14,6 +14,7 @@ enum { BENCH_OK = 0, BENCH_FAIL = 1, BENCH_USAGE = 2 };
 int bench_info(int argc, char** argv);
 int bench_golden(int argc, char** argv);
 int bench_perf(int argc, char** argv);
+int bench_perf_attention(int argc, char** argv); /* perf --op attention */
 int bench_demo(int argc, char** argv);
 
 /* 1 for -h / --help. */

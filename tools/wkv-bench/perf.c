@@ -56,6 +56,7 @@ enum { PERF_STATE_PREFIX = 16 };
 static void perf_usage(FILE* f) {
     fprintf(f,
             "usage: wkv-bench perf [--op rwkv7|rwkv6|rwkv4|all] [--backend auto|cpu|cuda|vulkan]\n"
+            "       (wkv-bench perf --op attention --help: softmax attention's own options)\n"
             "                      [--device I] [--B B] [--T T] [--H H] [--N N]\n"
             "                      [--dtype f32|f16|bf16] [--threads K] [--decay FORM]\n"
             "                      [--pass forward|backward|both] [--repeat R] [--warmup W]\n"
@@ -727,6 +728,10 @@ static int perf_parse_ops(const char* cmd, const char* v, const perf_op** ops) {
 
 int bench_perf(int argc, char** argv) {
     const char* cmd = "perf";
+    for (int i = 1; i < argc; i++) /* attention has its own options (perf_attention.c) */
+        if ((!strcmp(argv[i], "--op") && i + 1 < argc && !strcmp(argv[i + 1], "attention")) ||
+            !strcmp(argv[i], "--op=attention"))
+            return bench_perf_attention(argc, argv);
     perf_cfg c;
     memset(&c, 0, sizeof c);
     c.backend = WKV_BACKEND_AUTO;

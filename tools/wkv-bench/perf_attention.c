@@ -1,0 +1,179 @@
+/* wkv-bench perf --op attention: times wkv_attention, with the backend's default kernel
+ * configuration or with each of them (--config NAME|all). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "half.h"
+#include "wkv_tools.h"
+
+static void attn_usage(FILE* f) {
+    fprintf(f,
+            "usage: wkv-bench perf --op attention [--backend auto|cpu|cuda|vulkan] [--device I]\n"
+            "                      [--B B] [--T T] [--Tk TK] [--H HQ] [--kv-heads HKV] [--D D]\n"
+            "                      [--dtype f32|f16|bf16] [--causal] [--config NAME|all]\n"
+            "                      [--threads K] [--repeat R] [--warmup W] [--json]\n"
+            "\n"
+            "Times softmax attention forward (wkv_attention) on random host tensors: q [B, T, HQ, D],\n"
+            "k and v [B, TK, HKV, D] (TK defaults to T, HKV to HQ), medians of R calls after W.\n"
+            "TFLOP/s counts 4 B HQ T TK D (halved when causal and T = TK).\n"
+            "  --config NAME  pin one configuration (wkv_attention_configs); `all`: each in turn\n"
+            "  --json         one JSON object per measurement and line: kind \"perf\", op \"attention\",\n"
+            "                 backend, device, dtype, B, T, Tk, H, kv_heads, D, causal, config,\n"
+            "                 threads, repeat, median_ms, min_ms, tflops\n");
+}
+
+static int cmp_d(const void* a, const void* b) {
+    const double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+
+static void fill_random(void* data, wkv_dtype dt, int64_t n, uint64_t* seed) {
+    for (int64_t i = 0; i < n; i++) {
+        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+        const float x = (float)((double)(*seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        if (dt.bits == 32) ((float*)data)[i] = x;
+        else ((uint16_t*)data)[i] = dt.code == WKV_DTYPE_CODE_BFLOAT ? wkv_f32_to_bf16(x) : wkv_f32_to_f16(x);
+    }
+}
+
+int bench_perf_attention(int argc, char** argv) {
+    const char* cmd = "perf --op attention";
+    wkv_backend backend = WKV_BACKEND_AUTO;
+    int64_t B = 1, T = 1024, Tk = -1, H = 32, Hkv = -1, D = 64, threads = 0, repeat = 5, warmup = 1, device = 0;
+    wkv_dtype dt = WKV_DTYPE_F32;
+    int causal = 0, json = 0;
+    const char* config = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char* v = NULL;
+        int m;
+        if (bench_is_help(argv[i])) {
+            attn_usage(stdout);
+            return BENCH_OK;
+        } else if ((m = bench_opt(argc, argv, &i, cmd, "--op", &v))) {
+            if (m < 0) return BENCH_USAGE;
+        } else if ((m = bench_opt(argc, argv, &i, cmd, "--backend", &v))) {
+            if (m < 0) return BENCH_USAGE;
+            if (wkvt_backend_parse(v, &backend))
+                return bench_usage_error(cmd, "--backend: '%s' is not auto, cpu, cuda or vulkan", v);
+        } else if ((m = bench_opt(argc, argv, &i, cmd, "--dtype", &v))) {
+            if (m < 0) return BENCH_USAGE;
+            if (wkvt_dtype_parse(v, &dt)) return bench_usage_error(cmd, "--dtype: '%s' is not f32, f16 or bf16", v);
+        } else if ((m = bench_opt(argc, argv, &i, cmd, "--config", &v))) {
+            if (m < 0) return BENCH_USAGE;
+            config = v;
+        } else if (!strcmp(argv[i], "--causal")) {
+            causal = 1;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else {
+            struct { const char* name; int64_t* out; int64_t lo, hi; } ints[] = {
+                {"--B", &B, 1, 1 << 20}, {"--T", &T, 1, 1 << 26}, {"--Tk", &Tk, 0, 1 << 26}, {"--H", &H, 1, 4096},
+                {"--kv-heads", &Hkv, 1, 4096}, {"--D", &D, 1, 4096}, {"--threads", &threads, 0, 1024},
+                {"--repeat", &repeat, 1, 100000}, {"--warmup", &warmup, 0, 100000}, {"--device", &device, 0, 1024}};
+            int matched = 0;
+            for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !matched; k++) {
+                if ((m = bench_opt(argc, argv, &i, cmd, ints[k].name, &v))) {
+                    if (m < 0 || bench_int(cmd, ints[k].name, v, ints[k].lo, ints[k].hi, ints[k].out)) return BENCH_USAGE;
+                    matched = 1;
+                }
+            }
+            if (!matched) return bench_usage_error(cmd, "unknown option '%s'", argv[i]);
+        }
+    }
+    if (Tk < 0) Tk = T;
+    if (Hkv < 0) Hkv = H;
+    wkv_context_options co;
+    memset(&co, 0, sizeof co);
+    co.struct_size = sizeof co;
+    co.backend = backend;
+    co.device_index = (int32_t)device;
+    co.cpu_threads = (int32_t)threads;
+    wkv_context* ctx = NULL;
+    if (wkv_context_create(&co, &ctx) != WKV_OK) {
+        fprintf(stderr, "wkv-bench %s: %s\n", cmd, wkv_last_error(NULL));
+        return BENCH_FAIL;
+    }
+    /* the configurations to time */
+    enum { MAX_CFG = 32 };
+    wkv_attention_config cfg[MAX_CFG];
+    for (int k = 0; k < MAX_CFG; k++) memset(&cfg[k], 0, sizeof cfg[k]), cfg[k].struct_size = sizeof cfg[k];
+    int32_t ncfg = 0;
+    if (wkv_attention_configs(ctx, cfg, MAX_CFG, &ncfg) != WKV_OK) ncfg = 0;
+    if (ncfg > MAX_CFG) ncfg = MAX_CFG;
+    const char* names[MAX_CFG + 1];
+    int nnames = 0;
+    if (!config) names[nnames++] = NULL; /* the backend's choice */
+    else if (!strcmp(config, "all"))
+        for (int k = 0; k < ncfg; k++) names[nnames++] = cfg[k].name;
+    else names[nnames++] = config;
+
+    const size_t es = dt.bits / 8;
+    const int64_t nq = B * T * H * D, nk = B * Tk * Hkv * D;
+    void *q = malloc((size_t)nq * es), *k = malloc((size_t)nk * es), *v = malloc((size_t)nk * es),
+         *o = malloc((size_t)nq * es);
+    double* times = (double*)malloc(sizeof(double) * (size_t)repeat);
+    int rc = BENCH_OK;
+    if (!q || !k || !v || !o || !times) {
+        fprintf(stderr, "wkv-bench %s: out of memory\n", cmd);
+        rc = BENCH_FAIL;
+        goto out;
+    }
+    uint64_t seed = 1;
+    fill_random(q, dt, nq, &seed), fill_random(k, dt, nk, &seed), fill_random(v, dt, nk, &seed);
+    const int64_t qshape[4] = {B, T, H, D}, kshape[4] = {B, Tk, Hkv, D};
+    wkv_attention_desc d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.flags = causal ? WKV_ATTENTION_CAUSAL : 0;
+    d.q = wkv_tensor_make(q, dt, 4, qshape), d.k = wkv_tensor_make(k, dt, 4, kshape);
+    d.v = wkv_tensor_make(v, dt, 4, kshape), d.o = wkv_tensor_make(o, dt, 4, qshape);
+    char dev[256];
+    bench_device_name(wkv_context_backend(ctx), (int32_t)device, dev, sizeof dev);
+    const double flops = 4.0 * (double)B * (double)H * (double)T * (double)Tk * (double)D * (causal && T == Tk ? 0.5 : 1.0);
+    for (int c = 0; c < nnames; c++) {
+        d.config = names[c];
+        wkv_status st = WKV_OK;
+        for (int64_t w = 0; w < warmup && !st; w++) st = wkv_attention(ctx, &d);
+        for (int64_t r = 0; r < repeat && !st; r++) {
+            const double t0 = wkvt_now();
+            st = wkv_attention(ctx, &d);
+            if (!st) st = wkv_context_synchronize(ctx);
+            times[r] = wkvt_now() - t0;
+        }
+        if (st) {
+            fprintf(stderr, "wkv-bench %s: %s\n", cmd, wkv_last_error(ctx));
+            rc = BENCH_FAIL;
+            continue;
+        }
+        qsort(times, (size_t)repeat, sizeof *times, cmp_d);
+        const double med = times[repeat / 2], mn = times[0];
+        const char* cname = names[c] ? names[c] : "(default)";
+        const int nthr = wkv_context_backend(ctx) == WKV_BACKEND_CPU ? bench_cpu_threads((int)threads) : 0;
+        if (json) {
+            printf("{\"kind\":\"perf\",\"op\":\"attention\",\"backend\":\"%s\",\"device\":",
+                   wkvt_backend_name(wkv_context_backend(ctx)));
+            bench_json_string(stdout, dev);
+            printf(",\"dtype\":\"%s\",\"B\":%lld,\"T\":%lld,\"Tk\":%lld,\"H\":%lld,\"kv_heads\":%lld,\"D\":%lld,"
+                   "\"causal\":%s,\"config\":",
+                   wkvt_dtype_name(dt), (long long)B, (long long)T, (long long)Tk, (long long)H, (long long)Hkv,
+                   (long long)D, causal ? "true" : "false");
+            bench_json_string(stdout, cname);
+            printf(",\"threads\":%d,\"repeat\":%lld,\"median_ms\":%.6g,\"min_ms\":%.6g,\"tflops\":%.6g}\n", nthr,
+                   (long long)repeat, med * 1e3, mn * 1e3, flops / med * 1e-12);
+        } else {
+            printf("attention %s %s B=%lld T=%lld Tk=%lld H=%lld/%lld D=%lld%s %s: median %.3f ms (min %.3f)  "
+                   "%.3g TFLOP/s\n",
+                   wkvt_backend_name(wkv_context_backend(ctx)), wkvt_dtype_name(dt), (long long)B, (long long)T,
+                   (long long)Tk, (long long)H, (long long)Hkv, (long long)D, causal ? " causal" : "", cname,
+                   med * 1e3, mn * 1e3, flops / med * 1e-12);
+        }
+        fflush(stdout);
+    }
+out:
+    free(q), free(k), free(v), free(o), free(times);
+    wkv_context_destroy(ctx);
+    return rc;
+}
