@@ -53,5 +53,7 @@ apt_install "${packages[@]}"
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-pip
 pip_install numpy pytest ml_dtypes
 pip_install torch
-# The oracle of the RWKV-7 model tests (wkv.model against ChatRWKV's RWKV_x070), pure Python.
+# The oracle of the RWKV-7 model tests (wkv.model against ChatRWKV's RWKV_x070), pure Python;
+# auditwheel names the wheel's manylinux tag (tests/consumer/wheel.sh).
 pip_install rwkv
+pip_install auditwheel
