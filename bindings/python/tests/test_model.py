@@ -259,12 +259,19 @@ def test_state_tuning_gradient_and_training(rng, seed):
     loss.backward()
     g = tuner.wkv0.grad
     assert g.abs().max() > 0
-    # the directional derivative against central differences (float32 forward, step 1e-2)
+    # directional derivatives against central differences (float32 forwards, step 1e-2): along
+    # the gradient itself (the largest, so relative error means something: measured <= 9e-4 over
+    # 25 seeds) and along a random direction (whose derivative may be near zero: the bound adds a
+    # share of |g|; measured errors <= 7e-5 against |g| ~ 5e-2)
+    eps = 1e-2
+    u = g / g.norm()
     d = torch.randn(tuner.wkv0.shape, generator=torch.Generator().manual_seed(seed + 1))
     with torch.no_grad():
-        eps = 1e-2
-        fd = (loss_of(tuner.wkv0 + eps * d) - loss_of(tuner.wkv0 - eps * d)) / (2 * eps)
-    assert abs(float((g * d).sum()) - float(fd)) <= 2e-2 * abs(float(fd)) + 1e-4, (float((g * d).sum()), float(fd))
+        fd_u = (loss_of(tuner.wkv0 + eps * u) - loss_of(tuner.wkv0 - eps * u)) / (2 * eps)
+        fd_d = (loss_of(tuner.wkv0 + eps * d) - loss_of(tuner.wkv0 - eps * d)) / (2 * eps)
+    assert abs(float(g.norm()) - float(fd_u)) <= 5e-3 * abs(float(fd_u)), (float(g.norm()), float(fd_u))
+    assert abs(float((g * d).sum()) - float(fd_d)) <= 2e-2 * abs(float(fd_d)) + 5e-3 * float(g.norm()), (
+        float((g * d).sum()), float(fd_d))
     # a few steps of tuning only the state lower the loss on this sequence
     opt = torch.optim.Adam(tuner.parameters(), lr=0.05)
     start = float(loss_of(tuner.wkv0).detach())

@@ -51,6 +51,7 @@ from .errors import (
     error_class,
 )
 from .attention import attention, attention_configs
+from .device import DeviceArray
 from .ops import (
     Rwkv4Grads,
     Rwkv6Grads,
@@ -75,6 +76,7 @@ def version() -> str:
 
 
 __all__ = [
+    "DeviceArray",
     "attention",
     "attention_configs",
     "__version__", "version", "library_path", "candidate_paths",

@@ -34,6 +34,7 @@ from ._lib import (
     WKV_DTYPE_CODE_UINT,
     wkv_tensor,
 )
+from ._lib import WKV_DEVICE_VULKAN as _WKV_DEVICE_VULKAN
 from .errors import DeviceMismatchError, DTypeError, InvalidArgumentError
 
 F32 = (WKV_DTYPE_CODE_FLOAT, 32)
@@ -69,7 +70,9 @@ def has_dlpack(obj: Any) -> bool:
 
 
 def kind_of(obj: Any) -> Optional[str]:
-    """"numpy", "torch", "dlpack", or None for anything else."""
+    """"numpy", "torch", "dlpack", "device" (a wkv.DeviceArray), or None for anything else."""
+    if getattr(obj, "_wkv_device_array", False) is True:
+        return "device"
     if is_numpy_array(obj):
         return "numpy"
     if is_torch_tensor(obj):
@@ -81,6 +84,8 @@ def kind_of(obj: Any) -> Optional[str]:
 
 def device_of(obj: Any) -> Tuple[int, int]:
     """(wkv_device_type, id) of an array without exporting it; CPU for anything unknown."""
+    if getattr(obj, "_wkv_device_array", False) is True:
+        return (WKV_DEVICE_CUDA if obj.context.backend == "cuda" else _WKV_DEVICE_VULKAN, obj.context.device)
     if is_torch_tensor(obj):
         dev = obj.device
         if dev.type == "cuda":
@@ -322,6 +327,15 @@ def from_any(obj: Any, name: str, fn: str, *, output: bool = False, convert: boo
              bf16: bool = False, stream: Optional[int] = None) -> View:
     """A :class:`View` of obj (see the module docstring for what is accepted)."""
     k = kind_of(obj)
+    if k == "device":
+        v = View(name, obj, "device")
+        t, shape = obj.tensor()
+        v.tensor = t
+        v._keep += [shape, obj]
+        v.device = (t.device.type, t.device.id)
+        v.code_bits = obj.code_bits
+        v.shape = obj.shape
+        return v
     if k == "numpy":
         return from_numpy(obj, name, fn, output, convert, bf16)
     if k == "torch":
@@ -348,9 +362,10 @@ class Allocator:
     """Makes outputs of the caller's array type: numpy on the host, torch on CUDA (or when the
     inputs were torch tensors)."""
 
-    def __init__(self, kind: str, device: Tuple[int, int]) -> None:
-        self.kind = kind  # "numpy" | "torch"
+    def __init__(self, kind: str, device: Tuple[int, int], context: Any = None) -> None:
+        self.kind = kind  # "numpy" | "torch" | "device" (wkv.DeviceArray of `context`)
         self.device = device
+        self.context = context
 
     def torch_device(self) -> Any:
         torch = torch_module()
@@ -363,6 +378,10 @@ class Allocator:
         """An uninitialised array of `shape` with `like`'s dtype (or code_bits)."""
         if code_bits is None:
             code_bits = like.code_bits if like is not None else F32
+        if self.kind == "device":
+            from .device import DeviceArray
+
+            return DeviceArray(shape, DTYPE_NAMES.get(tuple(code_bits), "float32"), context=self.context)
         if self.kind == "torch":
             torch = torch_module()
             if like is not None and like.torch_dtype is not None and like.code_bits == code_bits:

@@ -18,7 +18,7 @@ from ._lib import load
 from ._tensors import F32, Allocator, host_int64
 from .context import Context, resolve_context
 from .errors import InvalidArgumentError
-from .ops import _Call, _dlpack_stream, _plan
+from .ops import _array_context, _Call, _dlpack_stream, _plan
 
 __all__ = ["attention", "attention_configs"]
 
@@ -53,7 +53,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[f
         raise InvalidArgumentError("%s: packed sequences need both q_offsets and k_offsets" % fn)
     named = [("q", q), ("k", k), ("v", v), ("out", out), ("lse_out", lse_out)]
     kind, device = _plan(fn, named, q)
-    ctx = resolve_context(context, device)
+    ctx = resolve_context(context if context is not None else _array_context(q), device)
     lib = load()
     with ctx.lock:
         call = _Call(fn, ctx, False, False, _dlpack_stream(ctx))
@@ -82,7 +82,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[f
                 keep.append(config.encode("utf-8"))
                 d.config = keep[-1]
             qv = views["q"]
-            alloc = Allocator(kind, qv.device)
+            alloc = Allocator(kind, qv.device, ctx)
             o_obj, d.o = call.output(out, "out", alloc, qv.shape, qv)
             lse_obj = None
             if return_lse or lse_out is not None:

@@ -160,8 +160,15 @@ def _bf16(fn: str, dtype: Optional[str]) -> bool:
                                "bfloat16 bit patterns)" % (fn, dtype))
 
 
+def _array_context(obj: Any) -> Optional[Context]:
+    """The context a wkv.DeviceArray belongs to (calls on it default to that context)."""
+    return obj.context if kind_of(obj) == "device" else None
+
+
 def _plan(fn: str, named: Sequence[Tuple[str, Any]], v: Any) -> Tuple[str, Tuple[int, int]]:
-    """The kind of arrays to return ("numpy" or "torch") and the device of v."""
+    """The kind of arrays to return ("numpy", "torch" or "device") and the device of v."""
+    if kind_of(v) == "device":
+        return "device", device_of(v)
     np_names = [n for n, o in named if o is not None and kind_of(o) == "numpy"]
     th_names = [n for n, o in named if o is not None and kind_of(o) == "torch"]
     if np_names and th_names:
@@ -322,14 +329,14 @@ def forward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], state: Any = None,
     bf16 = _bf16(fn, dtype)
     named = [(n, inputs.get(n)) for n in spec.inputs] + [("state", state), ("out", out), ("state_out", state_out)]
     kind, device = _plan(fn, named, inputs.get("v"))
-    ctx = resolve_context(context, device)
+    ctx = resolve_context(context if context is not None else _array_context(inputs.get("v")), device)
     lib = load()
     with ctx.lock:
         call = _Call(fn, ctx, convert, bf16, _dlpack_stream(ctx))
         try:
             desc, views, num_seqs, keep = _forward_desc(spec, call, inputs, state, decay_c, flags, seq_offsets)
             v = views["v"]
-            alloc = Allocator(kind, v.device)
+            alloc = Allocator(kind, v.device, ctx)
             y_obj, desc.y = call.output(out, "out", alloc, v.shape, v, poison=poison)
             s_shape = _state_shape(spec, v.shape, num_seqs, flags)
             s_obj, desc.state_out = call.output(state_out, "state_out", alloc, s_shape, None, F32, poison=poison)
@@ -367,14 +374,14 @@ def backward(spec: OpSpec, fn: str, inputs: Mapping[str, Any], dy: Any, state: A
     named = [(n, inputs.get(n)) for n in spec.inputs] + [("state", state), ("dy", dy), ("dstate", dstate)] + \
         [(k, o) for k, o in out.items()]
     kind, device = _plan(fn, named, inputs.get("v"))
-    ctx = resolve_context(context, device)
+    ctx = resolve_context(context if context is not None else _array_context(inputs.get("v")), device)
     lib = load()
     with ctx.lock:
         call = _Call(fn, ctx, convert, bf16, _dlpack_stream(ctx))
         try:
             fdesc, views, num_seqs, keep = _forward_desc(spec, call, inputs, state, decay_c, flags, seq_offsets)
             v = views["v"]
-            alloc = Allocator(kind, v.device)
+            alloc = Allocator(kind, v.device, ctx)
             bd = _lib.wkv_backward_desc()
             bd.struct_size = sizeof(bd)
             bd.forward = pointer(fdesc)
@@ -421,7 +428,7 @@ def workspace_size(op: str, inputs: Mapping[str, Any], dy: Any, state: Any = Non
     flags = layout_flags(spec, fn, state_layout or spec.layouts[0])
     named = [(n, inputs.get(n)) for n in spec.inputs] + [("state", state), ("dy", dy)]
     kind, device = _plan(fn, named, inputs.get("v"))
-    ctx = resolve_context(context, device)
+    ctx = resolve_context(context if context is not None else _array_context(inputs.get("v")), device)
     lib = load()
     with ctx.lock:
         call = _Call(fn, ctx, False, _bf16(fn, dtype), _dlpack_stream(ctx))
@@ -435,7 +442,7 @@ def workspace_size(op: str, inputs: Mapping[str, Any], dy: Any, state: Any = Non
             if dstate is not None:
                 bd.dstate_out = call.view(dstate, "dstate").tensor
             # The gradient outputs must be valid, distinct memory even for the size query.
-            alloc = Allocator(kind, v.device)
+            alloc = Allocator(kind, v.device, ctx)
             for name in spec.inputs:
                 iv = views[name]
                 _, t = call.output(None, "d" + name, alloc, iv.shape, iv)
@@ -462,7 +469,7 @@ def forward_scratch_size(op: str, inputs: Mapping[str, Any], state: Any = None, 
     flags = layout_flags(spec, fn, state_layout or spec.layouts[0])
     named = [(n, inputs.get(n)) for n in spec.inputs] + [("state", state)]
     kind, device = _plan(fn, named, inputs.get("v"))
-    ctx = resolve_context(context, device)
+    ctx = resolve_context(context if context is not None else _array_context(inputs.get("v")), device)
     lib = load()
     if not hasattr(lib, "wkv_forward_scratch_size"):
         return 0  # an older libwkv: its forwards take no scratch
@@ -472,7 +479,7 @@ def forward_scratch_size(op: str, inputs: Mapping[str, Any], state: Any = None, 
             desc, views, _, keep = _forward_desc(spec, call, inputs, state, decay_c, flags, seq_offsets)
             v = views["v"]
             # y must be valid, distinct memory even for the size query
-            _, desc.y = call.output(None, "out", Allocator(kind, v.device), v.shape, v)
+            _, desc.y = call.output(None, "out", Allocator(kind, v.device, ctx), v.shape, v)
             if workspace is not None:
                 desc.workspace, desc.workspace_size = buffer_address(workspace, "workspace", fn)
             n = c_size_t()
