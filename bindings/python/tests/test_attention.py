@@ -98,7 +98,9 @@ def test_fully_masked_rows_are_zero_and_large_logits_finite(rng):
     q, k, v = draw(rng, 1, 33, 65, 2, 2, 64, big=300.0)  # logits of ~1e3
     f = lambda x: x.astype(np.float32)  # noqa: E731
     o = wkv.attention(f(q), f(k), f(v))
-    assert np.isfinite(o).all() and rel_rms(o, oracle(f(q), f(k), f(v), False)) <= 1e-5
+    # a float32 score of ~1e3 is off by ~6e-5 from the float64 one, and the softmax passes that
+    # on: the bound is the conditioning's, not 1e-5 (measured worst 1.6e-5 over 200 seeds)
+    assert np.isfinite(o).all() and rel_rms(o, oracle(f(q), f(k), f(v), False)) <= 5e-5
 
 
 def test_every_configuration_agrees(rng):
