@@ -495,6 +495,24 @@ static wkv_status check_v_agrees(wkv_message* msg, const wkv_forward_desc* d, co
     return WKV_OK;
 }
 
+/* Packed-sequence offsets (prefix + name, e.g. "desc->seq_offsets"): n + 1 non-decreasing values
+ * from 0 to total (the length called `what` in the message). */
+static wkv_status check_offsets(wkv_message* msg, const char* prefix, const char* name, const int64_t* off,
+                                int64_t n, int64_t total, const char* what) {
+    if (off[0] != 0)
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "%s%s[0] is %lld, expected 0", prefix, name,
+                        (long long)off[0]);
+    for (int64_t i = 0; i < n; ++i)
+        if (off[i + 1] < off[i])
+            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "%s%s[%lld] = %lld is less than %s[%lld] = %lld",
+                            prefix, name, (long long)(i + 1), (long long)off[i + 1], name, (long long)i,
+                            (long long)off[i]);
+    if (off[n] != total)
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "%s%s[%lld] is %lld but the total %s is %lld", prefix, name,
+                        (long long)n, (long long)off[n], what, (long long)total);
+    return WKV_OK;
+}
+
 /* Checks the op, form, flags, packing and every forward input; fills p and the spans.
  * With for_backward, y and state_out are not looked at. */
 static wkv_status check_forward(checker* c, const wkv_forward_desc* d, const char* prefix,
@@ -566,18 +584,7 @@ static wkv_status check_forward(checker* c, const wkv_forward_desc* d, const cha
             return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
                             "%sv.shape[0] is %lld: packed sequences need B = 1 ([1, total_T, ...])", prefix,
                             (long long)s->B);
-        if (off[0] != 0)
-            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "%sseq_offsets[0] is %lld, expected 0", prefix,
-                            (long long)off[0]);
-        for (int64_t i = 0; i < d->num_seqs; ++i)
-            if (off[i + 1] < off[i])
-                return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
-                                "%sseq_offsets[%lld] = %lld is less than seq_offsets[%lld] = %lld", prefix,
-                                (long long)(i + 1), (long long)off[i + 1], (long long)i, (long long)off[i]);
-        if (off[d->num_seqs] != s->T)
-            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
-                            "%sseq_offsets[%lld] is %lld but the total length T is %lld", prefix,
-                            (long long)d->num_seqs, (long long)off[d->num_seqs], (long long)s->T);
+        if ((st = check_offsets(msg, prefix, "seq_offsets", off, d->num_seqs, s->T, "length T"))) return st;
         s->S = d->num_seqs;
     }
 
@@ -836,21 +843,11 @@ wkv_status wkv_validate_scratch_mem(const wkv_target* target, const wkv_spans* s
 
 /* ------------------------------------------------------------------------ attention */
 
-/* Packed offsets of one side: num_seqs + 1 non-decreasing values from 0 to total. */
 static wkv_status check_attention_offsets(wkv_message* msg, const char* name, const int64_t* off, int64_t n,
                                           int64_t total, const char* what) {
     if (!off) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->%s is NULL but desc->num_seqs is %lld", name,
                               (long long)n);
-    if (off[0] != 0)
-        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->%s[0] is %lld, expected 0", name, (long long)off[0]);
-    for (int64_t i = 0; i < n; ++i)
-        if (off[i + 1] < off[i])
-            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->%s[%lld] = %lld is less than %s[%lld] = %lld",
-                            name, (long long)(i + 1), (long long)off[i + 1], name, (long long)i, (long long)off[i]);
-    if (off[n] != total)
-        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->%s[%lld] is %lld but the total %s is %lld", name,
-                        (long long)n, (long long)off[n], what, (long long)total);
-    return WKV_OK;
+    return check_offsets(msg, "desc->", name, off, n, total, what);
 }
 
 static wkv_status check_attention_tensor(checker* c, int name, const wkv_tensor* t, int ndim, const int64_t* shape,
