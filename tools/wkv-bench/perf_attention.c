@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "half.h"
 #include "wkv_tools.h"
 
 static void attn_usage(FILE* f) {
@@ -30,13 +29,14 @@ static int cmp_d(const void* a, const void* b) {
     return x < y ? -1 : x > y;
 }
 
-static void fill_random(void* data, wkv_dtype dt, int64_t n, uint64_t* seed) {
-    for (int64_t i = 0; i < n; i++) {
-        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
-        const float x = (float)((double)(*seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-        if (dt.bits == 32) ((float*)data)[i] = x;
-        else ((uint16_t*)data)[i] = dt.code == WKV_DTYPE_CODE_BFLOAT ? wkv_f32_to_bf16(x) : wkv_f32_to_f16(x);
-    }
+/* Uniform values in [-1, 1) in dt (wkv_tools' generator and conversion). */
+static int fill_random(void* data, wkv_dtype dt, int64_t n, wkvt_rng* rng) {
+    float* tmp = (float*)malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!tmp) return -1;
+    for (int64_t i = 0; i < n; i++) tmp[i] = (float)(wkvt_rng_uniform(rng) * 2.0 - 1.0);
+    wkvt_store_f32(tmp, data, dt, (size_t)n);
+    free(tmp);
+    return 0;
 }
 
 int bench_perf_attention(int argc, char** argv) {
@@ -121,8 +121,13 @@ int bench_perf_attention(int argc, char** argv) {
         rc = BENCH_FAIL;
         goto out;
     }
-    uint64_t seed = 1;
-    fill_random(q, dt, nq, &seed), fill_random(k, dt, nk, &seed), fill_random(v, dt, nk, &seed);
+    wkvt_rng rng;
+    wkvt_rng_seed(&rng, 1);
+    if (fill_random(q, dt, nq, &rng) || fill_random(k, dt, nk, &rng) || fill_random(v, dt, nk, &rng)) {
+        fprintf(stderr, "wkv-bench %s: out of memory\n", cmd);
+        rc = BENCH_FAIL;
+        goto out;
+    }
     const int64_t qshape[4] = {B, T, H, D}, kshape[4] = {B, Tk, Hkv, D};
     wkv_attention_desc d;
     memset(&d, 0, sizeof d);
