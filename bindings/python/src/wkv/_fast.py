@@ -17,10 +17,8 @@ import sys
 from ctypes import POINTER, addressof as _addressof, byref, c_byte, c_int64, cast, sizeof
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from . import _lib
-from ._lib import WKV_DEVICE_CPU, wkv_forward_desc
-from ._tensors import BF16, F16, F32
-from ._lib import check
+from ._lib import WKV_DEVICE_CPU, check, wkv_forward_desc
+from ._tensors import F32, SUPPORTED, numpy_code, torch_code
 
 _from_buffer = c_byte.from_buffer
 
@@ -78,24 +76,6 @@ def _numpy_address(a: Any) -> int:
         return a.ctypes.data
 
 
-def _torch_code(torch: Any, dt: Any) -> Optional[Tuple[int, int]]:
-    if dt is torch.float32:
-        return F32
-    if dt is torch.bfloat16:
-        return BF16
-    if dt is torch.float16:
-        return F16
-    return None
-
-
-def _numpy_code(dt: Any) -> Optional[Tuple[int, int]]:
-    if dt.kind == "f" and dt.isnative and dt.itemsize in (2, 4):
-        return F32 if dt.itemsize == 4 else F16
-    if dt.name == "bfloat16" and dt.itemsize == 2:
-        return BF16
-    return None
-
-
 def forward(spec: Any, inputs: Any, state: Any, decay: int, flags: int, out: Any, state_out: Any,
             ctx: Any, state_shape_of: Any, lib: Any, fn: str) -> Optional[Tuple[Any, Any]]:
     """(y, final state) through a cached descriptor, or None for the general path."""
@@ -118,7 +98,7 @@ def forward(spec: Any, inputs: Any, state: Any, decay: int, flags: int, out: Any
         if (out is not None or state_out is not None) and torch.is_grad_enabled() and any(
                 t is not None and t.requires_grad for t in (out, state_out)):
             return None
-        code = _torch_code(torch, dt)
+        code = torch_code(dt)
         ptr = lambda t: t.data_ptr()  # noqa: E731
         kind = 0
     else:
@@ -137,10 +117,10 @@ def forward(spec: Any, inputs: Any, state: Any, decay: int, flags: int, out: Any
                 return None
         if state is not None and state.dtype != np.float32:
             return None
-        code = _numpy_code(dt)
+        code = numpy_code(dt, False)
         ptr = _numpy_address
         kind = 1
-    if code is None:
+    if code not in SUPPORTED:
         return None
     shapes = tuple(tuple(t.shape) for t in arrays)
     v_shape = tuple(inputs["v"].shape)
