@@ -15,7 +15,6 @@ step (forward + backward, medians) of both.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 

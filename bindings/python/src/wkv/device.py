@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 from . import _lib
 from ._lib import load
-from ._tensors import BF16, DTYPE_NAMES, F16, F32
+from ._tensors import BF16, F16, F32
 from .context import Context, current_context
 from .errors import InvalidArgumentError
 
@@ -124,11 +124,3 @@ class DeviceArray:
 
     def __repr__(self) -> str:
         return "wkv.DeviceArray(shape=%s, dtype=%s, backend=%s)" % (self.shape, self.dtype, self.context.backend)
-
-
-def is_device_array(obj: Any) -> bool:
-    return getattr(obj, "_wkv_device_array", False) is True
-
-
-def names_of(code_bits) -> str:
-    return DTYPE_NAMES.get(tuple(code_bits), "float32")

@@ -49,7 +49,6 @@ from ._tensors import (
     device_of,
     from_any,
     host_int64,
-    is_torch_tensor,
     kind_of,
     torch_module,
 )
