@@ -15,16 +15,16 @@ this script reproduces the committed files; tests/test_attention.cpp runs them t
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bindings", "python", "src"))
+from wkv.model import save_safetensors  # noqa: E402  the package's writer (no library call)
 
 # name: (seed, B, Tq, Tk, Hq, Hkv, D, causal, scale or None, packed offsets or None)
 CASES = {
@@ -67,21 +67,6 @@ def oracle(q, k, v, causal, scale, offsets):
     return o, lse
 
 
-def write(path, tensors, meta):
-    header, blobs, off = {"__metadata__": meta}, [], 0
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
-        dt = {"float64": "F64", "int64": "I64"}[a.dtype.name]
-        raw = a.astype(a.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
 def main() -> int:
     out_dir = sys.argv[1] if len(sys.argv) > 1 else HERE
     torch.set_num_threads(1)  # one summation order
@@ -91,14 +76,14 @@ def main() -> int:
         k = rng.standard_normal((B, Tk, Hkv, D))
         v = rng.standard_normal((B, Tk, Hkv, D))
         o, lse = oracle(*(torch.tensor(x) for x in (q, k, v)), causal, scale, offsets)
-        tensors = {"q": q, "k": k, "v": v, "o": o.numpy(), "lse": lse.numpy()}
+        tensors = {"q": torch.tensor(q), "k": torch.tensor(k), "v": torch.tensor(v), "o": o, "lse": lse}
         if offsets is not None:
-            tensors["q_offsets"] = np.array(offsets[0], np.int64)
-            tensors["k_offsets"] = np.array(offsets[1], np.int64)
+            tensors["q_offsets"] = torch.tensor(offsets[0], dtype=torch.int64)
+            tensors["k_offsets"] = torch.tensor(offsets[1], dtype=torch.int64)
         meta = {"op": "attention", "causal": "1" if causal else "0",
                 "scale": repr(scale if scale is not None else 1.0 / math.sqrt(D)), "seed": str(seed),
                 "oracle": "torch %s scaled_dot_product_attention, SDPBackend.MATH, float64" % torch.__version__.split("+")[0]}
-        write(os.path.join(out_dir, name + ".safetensors"), tensors, meta)
+        save_safetensors(tensors, os.path.join(out_dir, name + ".safetensors"), metadata=meta)
     return 0
 
 

@@ -17,33 +17,66 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 TOL_F32 = 1e-4
 
-_SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
+#: safetensors dtype -> numpy dtype (BF16 as its uint16 bit patterns)
+_SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4",
+                       "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+
+
+def read_safetensors(path: "os.PathLike[str] | str") -> Tuple[Dict[str, str], Dict[str, Tuple[str, Any]]]:
+    """(metadata, {name: (safetensors dtype, numpy array)}) of a safetensors file, every part
+    checked (header length, JSON, each entry's dtype, shape and data range) with a ValueError
+    naming the file and the key; numpy only. The arrays share one writable buffer of the file's
+    bytes (BF16 tensors come back as their uint16 bit patterns)."""
+    import numpy as np
+
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    size = len(raw)
+    if size < 8:
+        raise ValueError("%s: truncated safetensors file (%d bytes, no header length)" % (path, size))
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > size - 8:
+        raise ValueError("%s: truncated safetensors file: the header says %d bytes, the file has %d after the "
+                         "length" % (path, n, size - 8))
+    try:
+        header = json.loads(bytes(raw[8:8 + n]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError("%s: the safetensors header is not valid JSON (%s)" % (path, e)) from None
+    if not isinstance(header, dict):
+        raise ValueError("%s: the safetensors header is not a JSON object" % path)
+    meta = header.pop("__metadata__", {}) or {}
+    base, data_len = 8 + n, size - 8 - n
+    out = {}
+    for name, entry in header.items():
+        try:
+            st_dtype = entry["dtype"]
+            dt = np.dtype(_SAFETENSORS_DTYPES[st_dtype])
+            shape = [int(d) for d in entry["shape"]]
+            begin, end = (int(o) for o in entry["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("%s: key %r: bad safetensors entry %r (dtype %s)" % (
+                path, name, entry, "unknown" if not isinstance(entry, dict) else entry.get("dtype"))) from None
+        count = 1
+        for d in shape:
+            count *= d
+        if any(d < 0 for d in shape) or begin < 0 or end - begin != count * dt.itemsize:
+            raise ValueError("%s: key %r: data_offsets [%d, %d) do not hold shape %s of %s" % (
+                path, name, begin, end, shape, st_dtype))
+        if end > data_len:
+            raise ValueError("%s: key %r: truncated file (its data ends at byte %d of %d)" % (path, name, end, data_len))
+        arr = np.frombuffer(raw, dtype=dt, count=count, offset=base + begin)
+        if count and arr.ctypes.data % dt.itemsize:  # keep every array aligned for the library
+            arr = arr.copy()
+        out[name] = (st_dtype, arr.reshape(shape))
+    return meta, out
 
 
 def load_safetensors(path: "os.PathLike[str] | str") -> Tuple[Dict[str, str], Dict[str, Any]]:
-    """(metadata, {name: numpy array}) of a safetensors file, read with numpy alone."""
-    import numpy as np
-
-    raw = Path(path).read_bytes()
-    if len(raw) < 8:
-        raise ValueError("%s: not a safetensors file (too short)" % path)
-    (n,) = struct.unpack("<Q", raw[:8])
-    if n > len(raw) - 8:
-        raise ValueError("%s: header length %d exceeds the file" % (path, n))
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {}) or {}
-    base = 8 + n
-    tensors = {}
-    for name, d in header.items():
-        dt = _SAFETENSORS_DTYPES.get(d["dtype"])
-        if dt is None:
-            raise ValueError("%s: tensor %s has dtype %s" % (path, name, d["dtype"]))
-        lo, hi = d["data_offsets"]
-        arr = np.frombuffer(raw, dtype=dt, count=(hi - lo) // np.dtype(dt).itemsize, offset=base + lo)
-        if arr.ctypes.data % arr.dtype.itemsize:  # keep every array aligned for the library
-            arr = arr.copy()
-        tensors[name] = arr.reshape(d["shape"])
-    return meta, tensors
+    """(metadata, {name: numpy array}) of a safetensors file, read with numpy alone
+    (:func:`read_safetensors`)."""
+    meta, tensors = read_safetensors(path)
+    return meta, {name: arr for name, (_, arr) in tensors.items()}
 
 
 def rel_err(out: Any, ref: Any) -> float:

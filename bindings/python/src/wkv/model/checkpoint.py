@@ -4,9 +4,10 @@ The layout is BlinkDL's (``emb.weight``, ``blocks.N.ln0/ln1/ln2``, ``blocks.N.at
 ``att.ln_x``, ``blocks.N.ffn.x_k/key/value``, ``ln_out``, ``head.weight``). A bad file raises
 :class:`CheckpointError` naming the file and the key; nothing is guessed.
 
-The safetensors reader and writer are here (the format is an 8-byte little-endian header
-length, a JSON header ``{name: {dtype, shape, data_offsets}}``, then the raw little-endian
-data), so no extra package is needed; the C example reads the same files.
+The safetensors writer is here and the reader is the package's checked one
+(:func:`wkv.golden.read_safetensors`; the format is an 8-byte little-endian header length, a
+JSON header ``{name: {dtype, shape, data_offsets}}``, then the raw little-endian data), so no
+extra package is needed; the C example reads the same files.
 """
 
 from __future__ import annotations
@@ -47,43 +48,18 @@ class CheckpointError(ValueError):
 # ------------------------------------------------------------------------------ files
 
 def _read_safetensors(path: str) -> Dict[str, torch.Tensor]:
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise CheckpointError("%s: truncated safetensors file (%d bytes, no header length)" % (path, size))
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            raise CheckpointError("%s: truncated safetensors file: the header says %d bytes, the file has %d after "
-                                  "the length" % (path, n, size - 8))
-        try:
-            header = json.loads(f.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise CheckpointError("%s: the safetensors header is not valid JSON (%s)" % (path, e)) from None
-        data = bytearray(f.read())
-    if not isinstance(header, dict):
-        raise CheckpointError("%s: the safetensors header is not a JSON object" % path)
+    """The file's tensors as torch tensors over its bytes (the package's one checked reader,
+    wkv.golden.read_safetensors; its ValueErrors become CheckpointErrors)."""
+    from ..golden import read_safetensors
+
+    try:
+        _, tensors = read_safetensors(path)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
     out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = _ST_DTYPES[meta["dtype"]]
-            shape = [int(d) for d in meta["shape"]]
-            begin, end = (int(o) for o in meta["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError("%s: key %r: bad safetensors entry %r (dtype %s)" % (
-                path, name, meta, "unknown" if not isinstance(meta, dict) else meta.get("dtype"))) from None
-        need = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-        if any(d < 0 for d in shape) or begin < 0 or end - begin != need:
-            raise CheckpointError("%s: key %r: data_offsets [%d, %d) do not hold shape %s of %s" % (
-                path, name, begin, end, shape, meta["dtype"]))
-        if end > len(data):
-            raise CheckpointError("%s: key %r: truncated file (its data ends at byte %d of %d)" % (
-                path, name, end, len(data)))
-        t = torch.frombuffer(data, dtype=torch.uint8, count=end - begin, offset=begin) if need else \
-            torch.empty(0, dtype=torch.uint8)
-        out[name] = t.view(dtype).reshape(shape) if need else torch.empty(shape, dtype=dtype)
+    for name, (st_dtype, arr) in tensors.items():
+        t = torch.from_numpy(arr) if arr.size else torch.empty(arr.shape, dtype=_ST_DTYPES[st_dtype])
+        out[name] = t.view(torch.bfloat16) if st_dtype == "BF16" and arr.size else t
     return out
 
 
@@ -103,9 +79,12 @@ def read_state_dict(path: PathLike) -> Dict[str, torch.Tensor]:
     return dict(sd)
 
 
-def save_safetensors(state_dict: Mapping[str, torch.Tensor], path: PathLike) -> None:
-    """Writes tensors as a safetensors file (contiguous, little-endian, keys sorted)."""
-    header, blobs, offset = {}, [], 0
+def save_safetensors(state_dict: Mapping[str, torch.Tensor], path: PathLike,
+                     metadata: Optional[Mapping[str, str]] = None) -> None:
+    """Writes tensors as a safetensors file (contiguous, little-endian, keys sorted), with an
+    optional ``__metadata__`` of strings."""
+    header: Dict[str, object] = {"__metadata__": dict(metadata)} if metadata else {}
+    blobs, offset = [], 0
     for name in sorted(state_dict):
         t = state_dict[name].detach().cpu().contiguous()
         if t.dtype not in _ST_NAMES:
