@@ -124,6 +124,8 @@ def test_bad_inputs_are_named(rng):
         wkv.attention(q, k, v, q_offsets=[0, 3, 2, 4], k_offsets=[0, 2, 4, 6])
     with pytest.raises(wkv.InvalidArgumentError, match="both q_offsets and k_offsets"):
         wkv.attention(q, k, v, q_offsets=[0, 4])
+    with pytest.raises(wkv.InvalidArgumentError, match="q_offsets has 3 entries, k_offsets 2"):
+        wkv.attention(q, k, v, q_offsets=[0, 2, 4], k_offsets=[0, 6])
     with pytest.raises(wkv.InvalidArgumentError, match="not an attention configuration"):
         wkv.attention(q, k, v, config="nope")
     with pytest.raises(wkv.UnsupportedError, match="D = 300"):

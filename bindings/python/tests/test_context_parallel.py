@@ -115,3 +115,12 @@ def test_rwkv6_segmented_equals_the_whole_sequence(rng, segments):
     gw = torch.autograd.grad((y_ref * dy).sum(), [*x.values(), u])
     for name, a, b in zip([*x, "u"], g, gw):
         assert rel(a, b) <= 1e-4, name
+
+
+def test_segmented_refuses_what_it_cannot_split(rng):
+    x = inputs(int(rng.integers(1 << 31)), 30)
+    with pytest.raises(ValueError, match=r"T \(30\) a multiple of segments \(4\)"):
+        wt.rwkv7_segmented(*x.values(), segments=4)
+    two = {n: t.expand(2, -1, -1, -1) for n, t in x.items()}
+    with pytest.raises(ValueError, match="needs B = 1"):
+        wt.rwkv7_segmented(*two.values(), segments=2)
