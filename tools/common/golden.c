@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "reference/wkv_reference.h"
 #include "safetensors.h"
@@ -1047,9 +1049,34 @@ void wkv_golden_format(const wkv_golden_result* r, char* buf, size_t len) {
     }
 }
 
+/* "<the executable's folder>/<rel>" when that is a directory (an installed wkv-bench and the
+ * golden files installed with it), else NULL. Linux (/proc); elsewhere NULL. */
+static const char* g_installed_dir(const char* rel) {
+    static char dir[4096];
+    static int tried;
+    if (tried) return dir[0] ? dir : NULL;
+    tried = 1;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    char* slash = strrchr(exe, '/');
+    if (!slash) return NULL;
+    *slash = '\0';
+    struct stat st;
+    if (snprintf(dir, sizeof dir, "%s/%s", exe, rel) >= (int)sizeof dir || stat(dir, &st) ||
+        !S_ISDIR(st.st_mode))
+        dir[0] = '\0';
+    return dir[0] ? dir : NULL;
+}
+
 const char* wkv_golden_dir(void) {
     const char* e = getenv("WKV_GOLDEN_DIR");
     if (e && *e) return e;
+#ifdef WKV_INSTALLED_GOLDEN_DIR
+    const char* installed = g_installed_dir(WKV_INSTALLED_GOLDEN_DIR);
+    if (installed) return installed;
+#endif
 #ifdef WKV_DEFAULT_GOLDEN_DIR
     return WKV_DEFAULT_GOLDEN_DIR;
 #else

@@ -103,8 +103,10 @@ const char* wkv_golden_status_name(wkv_golden_status s);
 /* One line: "PASS  max_rel_err=3.1e-07 (dk)  cpu f32", "FAIL unsupported: ...", ... */
 void wkv_golden_format(const wkv_golden_result* r, char* buf, size_t len);
 
-/* The golden directory: $WKV_GOLDEN_DIR if set and not empty, else WKV_DEFAULT_GOLDEN_DIR
- * (set by CMake), else "tests/golden". */
+/* The golden directory: $WKV_GOLDEN_DIR if set and not empty; else, for an installed tool,
+ * the golden files installed with it (WKV_INSTALLED_GOLDEN_DIR, relative to the executable's
+ * folder, when that directory exists); else WKV_DEFAULT_GOLDEN_DIR (the source tree's, set by
+ * CMake); else "tests/golden". */
 const char* wkv_golden_dir(void);
 
 /* The sorted full paths of every *.safetensors file in dir. Returns 0 (then free with

@@ -48,6 +48,23 @@ void bench_device_name(wkv_backend b, int32_t index, char* buf, size_t len);
 /* The number of CPU threads a context created with cpu_threads = requested will use. */
 int bench_cpu_threads(int requested);
 
+/* Progress of long work on stderr ("[3/12] what"), shown only when stderr is a terminal and
+ * WKV_BENCH_PROGRESS is not 0: logs, pipes and CI output never see it. bench_progress_clear()
+ * erases the line; call it before printing a result. */
+void bench_progress(int done, int total, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+void bench_progress_clear(void);
+
+/* fprintf(stderr, ...) that first erases a progress line. */
+void bench_error(const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
 /* Prints s as a JSON string literal (with quotes). */
 void bench_json_string(FILE* f, const char* s);
 

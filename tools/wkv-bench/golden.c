@@ -168,12 +168,12 @@ int bench_golden(int argc, char** argv) {
         char err[512];
         const char* dir = wkv_golden_dir();
         if (wkv_golden_list(dir, &listed, &nlisted, err, sizeof err)) {
-            fprintf(stderr, "wkv-bench golden: %s\n", err);
+            bench_error("wkv-bench golden: %s\n", err);
             rc = BENCH_FAIL;
             goto out;
         }
         if (nlisted == 0) {
-            fprintf(stderr, "wkv-bench golden: no *.safetensors files in %s\n", dir);
+            bench_error("wkv-bench golden: no *.safetensors files in %s\n", dir);
             wkv_golden_list_free(listed, nlisted);
             rc = BENCH_FAIL;
             goto out;
@@ -190,8 +190,11 @@ int bench_golden(int argc, char** argv) {
         o.dtype = dtypes[d];
         for (size_t f = 0; f < npaths; f++) {
             wkv_golden_result r;
+            bench_progress(total + 1, (reference ? 1 : ndtypes) * (int)npaths, "%s %s",
+                           base_name(paths[f]), reference ? "float64 reference" : wkvt_dtype_name(o.dtype));
             if (reference) wkv_golden_run_reference(paths[f], &r);
             else wkv_golden_run_ex(paths[f], &o, &r);
+            bench_progress_clear();
             total++;
             passed += r.status == WKV_GOLDEN_PASS;
             if (json) {

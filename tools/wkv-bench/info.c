@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "golden.h"
 #include "wkv_tools.h"
 
 static void info_usage(FILE* f) {
@@ -13,12 +14,14 @@ static void info_usage(FILE* f) {
             "Prints the libwkv version and build, then for each backend (cpu, cuda, vulkan):\n"
             "whether it is available (or why not), its devices (name, memory, compute units),\n"
             "the ops, dtypes, decay forms and head sizes it supports and its attention kernel\n"
-            "configurations; last, the backend an AUTO context picks here.\n"
+            "configurations; last, the backend an AUTO context picks here and where `golden`\n"
+            "finds the golden files ($WKV_GOLDEN_DIR, else the installed share/wkv/golden, else\n"
+            "the source tree's tests/golden).\n"
             "  --json   the same as one JSON object (the schema python -m wkv info --json prints):\n"
             "           {\"kind\": \"info\", \"libwkv\", \"version_code\", \"build\", \"backends\": [{\"backend\",\n"
             "           \"available\", \"reason\", \"devices\": [{\"device\", \"memory_bytes\", \"compute_units\"}],\n"
             "           \"ops\", \"dtypes\", \"decay_forms\", \"head_sizes\" (\"any\" or a list),\n"
-            "           \"attention_configs\": [names]}], \"auto\"}\n");
+            "           \"attention_configs\": [names]}], \"auto\", \"golden_dir\"}\n");
 }
 
 static void print_memory(uint64_t bytes) {
@@ -124,6 +127,8 @@ static int info_json(void) {
     } else {
         printf("null");
     }
+    printf(",\"golden_dir\":");
+    bench_json_string(stdout, wkv_golden_dir());
     printf("}\n");
     return BENCH_OK;
 }
@@ -225,5 +230,6 @@ int bench_info(int argc, char** argv) {
     } else {
         printf("auto: no context could be created: %s\n", wkv_last_error(NULL));
     }
+    printf("golden files: %s\n", wkv_golden_dir());
     return BENCH_OK;
 }

@@ -136,6 +136,44 @@ int bench_cpu_threads(int requested) {
     return n > 0 ? (int)n : 1;
 }
 
+static int g_progress_shown; /* a progress line is on the terminal now */
+
+static int progress_wanted(void) {
+    static int wanted = -1;
+    if (wanted < 0) {
+        const char* e = getenv("WKV_BENCH_PROGRESS");
+        wanted = isatty(STDERR_FILENO) && !(e && !strcmp(e, "0"));
+    }
+    return wanted;
+}
+
+void bench_progress(int done, int total, const char* fmt, ...) {
+    if (!progress_wanted()) return;
+    va_list ap;
+    fflush(stdout); /* results first, then the progress line below them */
+    fprintf(stderr, "\r\033[K[%d/%d] ", done, total);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fflush(stderr);
+    g_progress_shown = 1;
+}
+
+void bench_progress_clear(void) {
+    if (!g_progress_shown) return;
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    g_progress_shown = 0;
+}
+
+void bench_error(const char* fmt, ...) {
+    va_list ap;
+    bench_progress_clear();
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
 void bench_json_string(FILE* f, const char* s) {
     fputc('"', f);
     for (const unsigned char* p = (const unsigned char*)s; *p; p++) {

@@ -261,6 +261,7 @@ static void perf_report(const perf_cfg* c, const perf_op* op, const char* backen
     double gbps = med > 0 ? bytes / med * 1e-9 : INFINITY;
     /* the CPU backend: the share of the measured FMA peak of `threads` threads */
     double peak = !strcmp(backend, "cpu") && threads > 0 ? perf_fma_peak(NULL) * threads : 0.0;
+    bench_progress_clear();
     if (c->json) {
         printf("{\"op\":\"%s\",\"backend\":\"%s\",\"device\":", op->name, backend);
         bench_json_string(stdout, device);
@@ -334,7 +335,7 @@ static int perf_make_resident(wkv_context* ctx, perf_resident* r, wkv_tensor* t,
     wkv_buffer* b = NULL;
     if (r->n == PERF_MAX_BUFFERS || wkv_buffer_create(ctx, bytes, &b) != WKV_OK ||
         (r->buf[r->n++] = b, wkv_buffer_upload(ctx, b, 0, t->data, bytes) != WKV_OK)) {
-        fprintf(stderr, "wkv-bench perf: cannot put %s on the device: %s\n", name, wkv_last_error(ctx));
+        bench_error("wkv-bench perf: cannot put %s on the device: %s\n", name, wkv_last_error(ctx));
         return -1;
     }
     *t = wkv_tensor_make_buffer(b, 0, t->dtype, t->ndim, t->shape);
@@ -472,7 +473,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
     dsT = (float*)perf_alloc(sn * sizeof(float));
     ds0 = (float*)perf_alloc(sn * sizeof(float));
     if (!ok || !y || !dy || !tmp || !st0 || !st1 || !dsT || !ds0) {
-        fprintf(stderr, "wkv-bench perf: out of memory for %s B=%lld T=%lld H=%lld N=%lld\n",
+        bench_error("wkv-bench perf: out of memory for %s B=%lld T=%lld H=%lld N=%lld\n",
                 op->name, (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N);
         goto done;
     }
@@ -499,7 +500,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
             (r4 ? wkvt_rwkv4_prefix_state(&rng, s->B, C, fp[0], fp[1], PERF_STATE_PREFIX, st0)
                  : wkvt_rwkv6_prefix_state(&rng, c->seed + 1, decay, s->B, s->H, s->N, fp[0],
                                            PERF_STATE_PREFIX, st0))) {
-            fprintf(stderr, "wkv-bench perf: out of memory for the %s initial state\n", op->name);
+            bench_error("wkv-bench perf: out of memory for the %s initial state\n", op->name);
             goto done;
         }
     } else {
@@ -564,7 +565,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
     if (c->fwd && !c->reuse) {
         st = perf_time(c, ctx, &fd, NULL, on_device, times, &batch);
         if (st != WKV_OK) {
-            fprintf(stderr, "wkv-bench perf: wkv_forward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
+            bench_error("wkv-bench perf: wkv_forward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
                     op->name, (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N,
                     wkvt_dtype_name(dt), wkv_last_error(ctx));
             goto done;
@@ -611,28 +612,28 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
         size_t wsz = 0;
         st = wkv_workspace_size(ctx, &wsz, &bd);
         if (st != WKV_OK) {
-            fprintf(stderr, "wkv-bench perf: wkv_workspace_size (%s): %s\n", op->name,
+            bench_error("wkv-bench perf: wkv_workspace_size (%s): %s\n", op->name,
                     wkv_last_error(ctx));
             goto done;
         }
         if (on_device && wsz) {
             wkv_buffer* wb = NULL;
             if (res.n == PERF_MAX_BUFFERS || wkv_buffer_create(ctx, wsz, &wb) != WKV_OK) {
-                fprintf(stderr, "wkv-bench perf: no %zu-byte device workspace: %s\n", wsz,
+                bench_error("wkv-bench perf: no %zu-byte device workspace: %s\n", wsz,
                         wkv_last_error(ctx));
                 goto done;
             }
             res.buf[res.n++] = wb;
             bd.workspace = wb; /* a buffer of the context serves as the workspace */
         } else if (wsz && !(bd.workspace = ws = perf_alloc(wsz))) {
-            fprintf(stderr, "wkv-bench perf: out of memory for a %zu-byte workspace\n", wsz);
+            bench_error("wkv-bench perf: out of memory for a %zu-byte workspace\n", wsz);
             goto done;
         }
         bd.workspace_size = wsz;
         if (c->reuse) {
             st = perf_time_reuse(c, ctx, &fd, &bd, on_device, times);
             if (st != WKV_OK) {
-                fprintf(stderr, "wkv-bench perf: --reuse (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
+                bench_error("wkv-bench perf: --reuse (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
                         op->name, (long long)s->B, (long long)s->T, (long long)s->H,
                         (long long)s->N, wkvt_dtype_name(dt), wkv_last_error(ctx));
                 goto done;
@@ -659,7 +660,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
         }
         st = perf_time(c, ctx, &fd, &bd, on_device, times, &batch);
         if (st != WKV_OK) {
-            fprintf(stderr, "wkv-bench perf: wkv_backward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
+            bench_error("wkv-bench perf: wkv_backward (%s B=%lld T=%lld H=%lld N=%lld %s): %s\n",
                     op->name, (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->N,
                     wkvt_dtype_name(dt), wkv_last_error(ctx));
             goto done;
@@ -854,6 +855,8 @@ int bench_perf(int argc, char** argv) {
                 }
 
     int rc = BENCH_OK;
+    const int ncases = nthr * nops * ndt * nB * nT * nH * nN;
+    int icase = 0;
     for (int k = 0; k < nthr; k++) {
         wkv_context_options co;
         memset(&co, 0, sizeof co);
@@ -864,7 +867,7 @@ int bench_perf(int argc, char** argv) {
         co.flags = c.async ? WKV_CONTEXT_ASYNC : 0;
         wkv_context* ctx = NULL;
         if (wkv_context_create(&co, &ctx) != WKV_OK) {
-            fprintf(stderr, "wkv-bench perf: cannot create a context (backend %s): %s\n",
+            bench_error("wkv-bench perf: cannot create a context (backend %s): %s\n",
                     wkvt_backend_name(c.backend), wkv_last_error(NULL));
             return BENCH_FAIL;
         }
@@ -893,8 +896,9 @@ int bench_perf(int argc, char** argv) {
         }
         for (int o = 0; o < nops; o++) {
             if (!(supported & (1u << ops[o]->op))) {
+                icase += ndt * nB * nT * nH * nN;
                 /* --op all: every op the backend supports; a named one it lacks is an error */
-                fprintf(stderr, "wkv-bench perf: backend %s does not implement %s%s\n",
+                bench_error("wkv-bench perf: backend %s does not implement %s%s\n",
                         wkvt_backend_name(be), ops[o]->name, all_ops ? "; skipped" : "");
                 if (!all_ops) rc = BENCH_FAIL;
                 continue;
@@ -905,6 +909,11 @@ int bench_perf(int argc, char** argv) {
                         for (int h = 0; h < nH; h++)
                             for (int n = 0; n < nN; n++) {
                                 perf_shape s = {Bs[b], Ts[t], Hs[h], Ns[n]};
+                                bench_progress(++icase, ncases,
+                                               "%s %s B=%lld T=%lld H=%lld N=%lld threads=%d",
+                                               ops[o]->name, wkvt_dtype_name(dts[d]),
+                                               (long long)s.B, (long long)s.T, (long long)s.H,
+                                               (long long)s.N, threads);
                                 if (perf_one(&c, ctx, wkvt_backend_name(be), device, threads,
                                              ops[o], dts[d], &s))
                                     rc = BENCH_FAIL;
@@ -912,5 +921,6 @@ int bench_perf(int argc, char** argv) {
         }
         wkv_context_destroy(ctx);
     }
+    bench_progress_clear();
     return rc;
 }

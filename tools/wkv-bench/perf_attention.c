@@ -93,7 +93,7 @@ int bench_perf_attention(int argc, char** argv) {
     co.cpu_threads = (int32_t)threads;
     wkv_context* ctx = NULL;
     if (wkv_context_create(&co, &ctx) != WKV_OK) {
-        fprintf(stderr, "wkv-bench %s: %s\n", cmd, wkv_last_error(NULL));
+        bench_error("wkv-bench %s: %s\n", cmd, wkv_last_error(NULL));
         return BENCH_FAIL;
     }
     /* the configurations to time */
@@ -117,14 +117,14 @@ int bench_perf_attention(int argc, char** argv) {
     double* times = (double*)malloc(sizeof(double) * (size_t)repeat);
     int rc = BENCH_OK;
     if (!q || !k || !v || !o || !times) {
-        fprintf(stderr, "wkv-bench %s: out of memory\n", cmd);
+        bench_error("wkv-bench %s: out of memory\n", cmd);
         rc = BENCH_FAIL;
         goto out;
     }
     wkvt_rng rng;
     wkvt_rng_seed(&rng, 1);
     if (fill_random(q, dt, nq, &rng) || fill_random(k, dt, nk, &rng) || fill_random(v, dt, nk, &rng)) {
-        fprintf(stderr, "wkv-bench %s: out of memory\n", cmd);
+        bench_error("wkv-bench %s: out of memory\n", cmd);
         rc = BENCH_FAIL;
         goto out;
     }
@@ -140,6 +140,7 @@ int bench_perf_attention(int argc, char** argv) {
     const double flops = 4.0 * (double)B * (double)H * (double)T * (double)Tk * (double)D * (causal && T == Tk ? 0.5 : 1.0);
     for (int c = 0; c < nnames; c++) {
         d.config = names[c];
+        bench_progress(c + 1, nnames, "attention %s", names[c] ? names[c] : "(default)");
         wkv_status st = WKV_OK;
         for (int64_t w = 0; w < warmup && !st; w++) st = wkv_attention(ctx, &d);
         for (int64_t r = 0; r < repeat && !st; r++) {
@@ -149,13 +150,14 @@ int bench_perf_attention(int argc, char** argv) {
             times[r] = wkvt_now() - t0;
         }
         if (st) {
-            fprintf(stderr, "wkv-bench %s: %s\n", cmd, wkv_last_error(ctx));
+            bench_error("wkv-bench %s: %s\n", cmd, wkv_last_error(ctx));
             rc = BENCH_FAIL;
             continue;
         }
         qsort(times, (size_t)repeat, sizeof *times, cmp_d);
         const double med = times[repeat / 2], mn = times[0];
         const char* cname = names[c] ? names[c] : "(default)";
+        bench_progress_clear();
         const int nthr = wkv_context_backend(ctx) == WKV_BACKEND_CPU ? bench_cpu_threads((int)threads) : 0;
         if (json) {
             printf("{\"kind\":\"perf\",\"op\":\"attention\",\"backend\":\"%s\",\"device\":",

@@ -44,7 +44,13 @@ def info_json(d: dict) -> dict:
             "attention_configs": _attention_config_names(name) if b["available"] else [],
         })
     return {"kind": "info", "libwkv": d["version"], "version_code": d["version_code"], "build": d["build"],
-            "backends": backends, "auto": d.get("auto") or None}
+            "backends": backends, "auto": d.get("auto") or None, "golden_dir": str(_golden_dir())}
+
+
+def _golden_dir():
+    from . import golden
+
+    return golden.golden_dir()
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -83,6 +89,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("auto: a context with backend AUTO runs on %s" % d["auto"])
     else:
         print("auto: no context could be created: %s" % d.get("auto_error", ""))
+    print("golden files: %s" % _golden_dir())
     extras = []
     for mod in ("numpy", "ml_dtypes", "torch"):
         try:
