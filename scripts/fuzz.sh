@@ -10,14 +10,14 @@
 # Environment: WKV_FUZZ_SECONDS (default 50), WKV_FUZZ_JOBS (parallel fuzzing processes per
 # harness, default 1), WKV_FUZZ_PARALLEL=1 (the harnesses at the same time instead of one after
 # the other: CI's 2 cores), WKV_FUZZ_OUT (logs and the grown corpus; default build-fuzz/runs).
-# Arguments: the harnesses to run (forward backward context; default all three).
+# Arguments: the harnesses to run (forward backward context attention; default all four).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${WKV_FUZZ_SECONDS:-50}
 jobs=${WKV_FUZZ_JOBS:-1}
 out=${WKV_FUZZ_OUT:-$PWD/build-fuzz/runs}
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(forward backward context)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(forward backward context attention)
 
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j"$(nproc)" >/dev/null

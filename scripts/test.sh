@@ -12,7 +12,7 @@
 #             preloaded
 #   tsan      the threading stress test (tests/stress) under ThreadSanitizer
 #   valgrind  memcheck over the CPU doctest suite's validation and op-level cases
-#   fuzz      the three libFuzzer harnesses at once, WKV_FUZZ_SECONDS (default 50) each, from the
+#   fuzz      the four libFuzzer harnesses at once, WKV_FUZZ_SECONDS (default 50) each, from the
 #             seed corpus (scripts/fuzz.sh)
 #   aarch64   the CPU backend's NEON and scalar paths, cross-compiled for AArch64
 #             (cmake/aarch64-linux-gnu.cmake, build-aarch64) and run under qemu-user: the golden

@@ -96,7 +96,16 @@ static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
 
 /* An output must not write one element twice: sorted by |stride|, every stride must step over
  * everything the smaller ones reach. */
+/* 1 when a dimension is 0 (attention with Tq or Tk = 0): the tensor has no element, so it
+ * overlaps nothing, itself included. */
+static int empty_shape(int ndim, const int64_t* shape) {
+    for (int d = 0; d < ndim; ++d)
+        if (shape[d] == 0) return 1;
+    return 0;
+}
+
 static int self_overlaps(int ndim, const int64_t* shape, const int64_t* stride) {
+    if (empty_shape(ndim, shape)) return 0;
     int order[4];
     for (int d = 0; d < ndim; ++d) order[d] = d;
     for (int a = 1; a < ndim; ++a)
@@ -274,7 +283,7 @@ static wkv_status check_tensor(checker* c, const wkv_tensor* t, const tensor_rul
     s->prefix = c->prefix;
     s->role = c->name_idx;
     s->lo = span_lo;
-    s->hi = span_hi;
+    s->hi = empty_shape(rule->ndim, t->shape) ? span_lo : span_hi; /* no element: no bytes */
     s->output = rule->output;
     s->tensor = t;
     s->buffer = in_buffer;
@@ -445,7 +454,7 @@ static wkv_status check_outputs_alias(const wkv_spans* spans, wkv_message* msg) 
             const wkv_span* x = &spans->span[j];
             if (i == j || (x->output && j < i)) continue; /* each output pair once */
             if (o->buffer != x->buffer) continue;         /* different memory: host vs buffers */
-            if (o->hi <= x->lo || x->hi <= o->lo) continue;
+            if (o->hi <= x->lo || x->hi <= o->lo || o->lo == o->hi || x->lo == x->hi) continue;
             /* state_out may be exactly state_in: same memory, same layout */
             const wkv_tensor* a = o->tensor;
             const wkv_tensor* b = x->tensor;
@@ -765,7 +774,8 @@ static wkv_status check_mem_ptr(const mem_arg* a, void* ptr, size_t size, const 
     if (__builtin_add_overflow(lo, (uintptr_t)needed, &hi))
         return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s + its size wraps the address space", a->name);
     for (int i = 0; i < spans->count; ++i)
-        if (!spans->span[i].buffer && !(hi <= spans->span[i].lo || spans->span[i].hi <= lo))
+        if (!spans->span[i].buffer && spans->span[i].lo < spans->span[i].hi &&
+            !(hi <= spans->span[i].lo || spans->span[i].hi <= lo))
             return wkv_fail(msg, WKV_ERROR_ALIASING, "%s overlaps %s", a->name,
                             wkv_span_name(&spans->span[i], (char[48]){0}));
     return WKV_OK;

@@ -163,6 +163,11 @@ TEST_CASE("attention: fully masked rows give zeros and -inf, never NaN") {
     r = run(c.ctx, a, rng);
     REQUIRE(r.status == WKV_OK);
     for (double x : r.o) CHECK(x == 0.0);
+    // no query rows, several batches: an empty output overlaps nothing (found by the fuzzer:
+    // its contiguous strides are 0 along B, which the overlap check took for a broadcast)
+    a.B = 3, a.Tq = 0, a.Tk = 6;
+    r = run(c.ctx, a, rng);
+    CHECK_MESSAGE(r.status == WKV_OK, r.message);
 }
 
 TEST_CASE("attention: packed variable-length sequences") {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the libFuzzer harnesses: tests/fuzz/corpus/{forward,backward,context}/.
+"""Writes the seed corpus of the libFuzzer harnesses: tests/fuzz/corpus/{forward,backward,context,attention}/.
 
-The byte layout is the one fuzz_desc.h / fuzz_context.cpp decode (README.md here). Every seed is
+The byte layout is the one fuzz_desc.h / fuzz_context.cpp / fuzz_attention.cpp decode (README.md here). Every seed is
 small and named after what it exercises; rerun this script after changing the layout:
 
     python3 tests/fuzz/make_corpus.py        # rewrites the corpus directories
@@ -186,6 +186,76 @@ def context_seeds():
     return s
 
 
+def attention_seeds():
+    """fuzz_attention.cpp's layout: a 40-byte header, then 8 bytes per tensor (q k v o lse)."""
+    heads = {"ctx": 0, "ss": 1, "flags": 2, "scale": 7, "B": 8, "Tq": 9, "Tk": 10, "Hkv": 11, "group": 12,
+             "D": 13, "dtype": 14, "lse": 15, "pack": 16, "nseq": 17, "config": 26, "config_idx": 27,
+             "data": 32}
+    tens = {"layout": 0, "axis": 1, "defect": 2, "alias": 3, "mis": 4}
+    names = ["q", "k", "v", "o", "lse"]
+
+    def att(dims=(1, 4, 4, 1, 1, 8), head=None, tensors=None, cuts=(), raw=None):
+        b = bytearray(40 + 8 * len(names))
+        B, Tq, Tk, Hkv, g, D = dims
+        h = {"B": B - 1, "Tq": Tq, "Tk": Tk, "Hkv": Hkv - 1, "group": g - 1,
+             "D": {64: 250, 128: 251, 256: 252, 257: 253}.get(D, D - 1)}
+        h.update(head or {})
+        for k, v in h.items():
+            b[heads[k]] = v & 0xFF
+        for i, c in enumerate(cuts):
+            b[18 + i] = c
+        for k, v in (raw or {}).items():
+            struct.pack_into("<I", b, k, v)
+        for name, fields in (tensors or {}).items():
+            for k, v in fields.items():
+                b[40 + 8 * names.index(name) + tens[k]] = v & 0xFF
+        return bytes(b).rstrip(b"\0") or b"\0"
+
+    s = {"plain": att(), "empty_input": b"\0"}
+    s["causal_gqa"] = att((2, 9, 9, 2, 3, 16), {"flags": 1, "lse": 1})
+    s["causal_tq_gt_tk"] = att((1, 12, 5, 1, 2, 8), {"flags": 1, "lse": 1})
+    s["causal_tq_lt_tk"] = att((1, 5, 17, 1, 1, 8), {"flags": 1})
+    s["tq_zero"] = att((1, 0, 6, 1, 1, 8))
+    s["tq_zero_batched"] = att((3, 0, 6, 1, 1, 8), {"ctx": 4})  # an empty output overlaps nothing
+    s["tk_zero"] = att((1, 6, 0, 1, 1, 8), {"lse": 1})
+    for D in (1, 7, 33, 64, 128, 256):
+        s[f"head_dim_{D}"] = att((1, 3, 5, 1, 1, D), {"lse": 1})
+    s["head_dim_257"] = att((1, 2, 2, 1, 1, 257))
+    for dt, name in ((1, "f16"), (2, "bf16")):
+        s[f"dtype_{name}"] = att((1, 7, 7, 1, 2, 16), {"dtype": dt, "flags": 1, "lse": 1})
+    s["dtype_mixed"] = att(head={"dtype": 3})
+    s["dtype_f64"] = att(head={"dtype": 4})
+    s["lse_f16"] = att(head={"lse": 2})
+    s["lse_shape"] = att(head={"lse": 3})
+    s["lse_absent_garbage"] = att(head={"lse": 1}, tensors={"lse": {"defect": 4}})
+    for sc in range(1, 7):
+        s[f"scale_{sc}"] = att(head={"scale": sc})
+    s["flags_unknown"] = att(head={"flags": 2}, raw={36: 0x40})
+    s["large_logits"] = att((1, 20, 20, 1, 1, 32), {"data": 1, "flags": 1, "lse": 1})
+    s["specials"] = att((1, 6, 6, 1, 1, 8), {"data": 2})
+    s["zeros"] = att(head={"data": 3, "lse": 1})
+    s["packed"] = att((1, 20, 24, 1, 2, 8), {"pack": 1, "nseq": 2, "flags": 1, "lse": 1}, cuts=(3, 7, 11, 0, 5, 9, 20))
+    s["packed_empty_sequence"] = att((1, 10, 10, 1, 1, 8), {"pack": 1, "nseq": 3, "flags": 1}, cuts=(0, 4, 10, 0, 0, 2))
+    for pk in range(2, 10):
+        s[f"packing_{pk}"] = att((1, 8, 8, 1, 1, 8), {"pack": pk, "nseq": 1}, cuts=(3, 0, 0, 4))
+    for ss in range(1, 8):
+        s[f"struct_size_{ss}"] = att(head={"ss": ss})
+    for cm in range(1, 4):
+        s[f"config_{cm}"] = att((1, 9, 9, 1, 1, 8), {"config": cm, "config_idx": 4})
+    for lay in range(1, 7):
+        for t in ("q", "v", "o"):
+            s[f"layout_{lay}_{t}"] = att((2, 5, 5, 2, 1, 8), {"lse": 1}, tensors={t: {"layout": lay, "axis": 1}})
+    s["layout_lse_padded"] = att((2, 5, 5, 2, 1, 8), {"lse": 1}, tensors={"lse": {"layout": 3, "axis": 2}})
+    for d in range(1, 6):
+        for t in ("q", "k", "o", "lse"):
+            s[f"defect_{d}_{t}"] = att(head={"lse": 1}, tensors={t: {"defect": d, "axis": 3}})
+    for al in range(1, 5):
+        s[f"alias_{al}"] = att(head={"lse": 1}, tensors={"o": {"alias": al}})
+    s["misaligned_k"] = att(tensors={"k": {"mis": 2}})
+    s["twice_3_threads"] = att((3, 17, 17, 1, 2, 24), {"ctx": 2 | 4, "flags": 1, "lse": 1})
+    return s
+
+
 def write(name, seeds, root=os.path.join(HERE, "corpus")):
     d = os.path.join(root, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -201,3 +271,4 @@ if __name__ == "__main__":
     write("forward", desc_seeds(False), root)
     write("backward", desc_seeds(True), root)
     write("context", context_seeds(), root)
+    write("attention", attention_seeds(), root)
