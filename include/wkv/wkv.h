@@ -77,8 +77,11 @@
  * the segment's final state from a zero state; A is its final state from the identity
  * (S[i][j] = 1 if i == j) with v = 0. So segments can run at the same time, their (A, B)
  * compose in order ((A1, B1) then (A2, B2) = (A1 A2, B1 A2 + B2)), and each segment then runs
- * once more from its true initial state for its y. The Python package does this across
- * processes and devices (wkv.torch.context_parallel_rwkv7).
+ * once more from its true initial state for its y. RWKV-4: a segment of L tokens maps a start
+ * (aa0, bb0, pp0) to its end from the zero state (aaS, bbS, ppS) plus the start decayed by
+ * e^(L wd): p = max(pp0 + L wd, ppS), aa = aa0 e^(pp0 + L wd - p) + aaS e^(ppS - p), bb alike,
+ * pp = p. The Python package does this across processes and devices
+ * (wkv.torch.context_parallel_rwkv7, _rwkv6, _rwkv4).
  *
  * RWKV-4 (WKV_OP_RWKV4): per channel c of C: k, v, y are [B,T,C], w (time_decay) and u
  *   (time_first) are [C]; the per-step decay is exp(-exp(w)) (wd = -exp(w), the usual

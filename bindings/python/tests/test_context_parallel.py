@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import reference as ref  # noqa: E402
 import wkv.torch as wt  # noqa: E402
-from wkv.context_parallel import compose, segment_transition_rwkv7  # noqa: E402
+from wkv.context_parallel import compose, compose_rwkv4, segment_transition_rwkv4, segment_transition_rwkv7  # noqa: E402
 
 TOL = 2e-5
 
@@ -124,3 +124,108 @@ def test_segmented_refuses_what_it_cannot_split(rng):
     two = {n: t.expand(2, -1, -1, -1) for n, t in x.items()}
     with pytest.raises(ValueError, match="needs B = 1"):
         wt.rwkv7_segmented(*two.values(), segments=2)
+
+
+def rwkv4_inputs(seed, T, C=24, grad=False):
+    """w, u [C], k, v [1, T, C] and a state (aa, bb > 0, pp) [1, 3, C]; k spans a wide range so
+    that the running max pp moves both ways."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(C, generator=g) * 0.7 - 0.5
+    u = torch.randn(C, generator=g) * 0.5
+    k = torch.randn(1, T, C, generator=g) * 3
+    v = torch.randn(1, T, C, generator=g)
+    s0 = torch.stack([torch.randn(1, C, generator=g), torch.rand(1, C, generator=g) + 0.5,
+                      torch.randn(1, C, generator=g) * 2], 1)
+    return [t.requires_grad_(grad) for t in (w, u, k, v, s0)]
+
+
+def test_rwkv4_transition_maps_any_initial_state_and_composes(rng):
+    w, u, k, v, s0 = rwkv4_inputs(int(rng.integers(1 << 31)), 50)
+    tr = segment_transition_rwkv4(w, u, k, v)
+    _, want = wt.rwkv4(w, u, k, v, s0)
+    from wkv.context_parallel import _apply
+
+    got = _apply("rwkv4", s0, tr)
+    # compare the linear-space numerator and denominator (the triple itself is not unique)
+    lin = lambda s: torch.stack([s[:, 0] * torch.exp(s[:, 2]), s[:, 1] * torch.exp(s[:, 2])])  # noqa: E731
+    assert rel(lin(got), lin(want)) <= TOL
+    t12 = compose_rwkv4(segment_transition_rwkv4(w, u, k[:, :23], v[:, :23]),
+                        segment_transition_rwkv4(w, u, k[:, 23:], v[:, 23:]))
+    assert rel(lin(_apply("rwkv4", s0, t12)), lin(want)) <= TOL
+    assert rel(t12[:, 3], tr[:, 3]) <= 1e-6  # the decays add up
+
+
+@pytest.mark.parametrize("segments", [2, 5])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_rwkv4_segmented_equals_the_whole_sequence_with_gradients(rng, segments, with_state):
+    w, u, k, v, s0 = rwkv4_inputs(int(rng.integers(1 << 31)), 40, grad=True)
+    state = s0 if with_state else None
+    y, s = wt.rwkv4_segmented(w, u, k, v, state, segments=segments)
+    y_ref, s_ref = wt.rwkv4(w, u, k, v, state)
+    assert rel(y, y_ref) <= TOL and rel(s, s_ref) <= TOL
+    dy = torch.randn_like(y)
+    inputs = [w, u, k, v] + ([s0] if with_state else [])
+    g = torch.autograd.grad((y * dy).sum(), inputs)
+    gw = torch.autograd.grad((y_ref * dy).sum(), inputs)
+    for name, a, b in zip("w u k v state".split(), g, gw):
+        assert rel(a, b) <= 1e-4, name
+
+
+def _worker3(rank, world, port, seed, out_dir):
+    """Three ranks: RWKV-7 with an empty middle shard, then RWKV-4 on uneven shards."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
+    try:
+        out = {}
+        x = inputs(seed, 30, grad=True)
+        b7 = [0, 13, 13, 30]  # rank 1 has no tokens
+        mine = {n: t[:, b7[rank]:b7[rank + 1]].detach().requires_grad_() for n, t in x.items()}
+        y, s = wt.context_parallel_rwkv7(*mine.values())
+        dy = torch.randn(1, 30, 2, 16, generator=torch.Generator().manual_seed(seed + 1))
+        (y * dy[:, b7[rank]:b7[rank + 1]]).sum().backward()
+        out["rwkv7"] = {"y": y.detach(), "s": s.detach(), "grads": {n: t.grad for n, t in mine.items()}}
+        w, u, k, v, s0 = rwkv4_inputs(seed, 41)
+        b4 = [0, 7, 30, 41]
+        w, u = w.requires_grad_(), u.requires_grad_()
+        k4, v4 = [t[:, b4[rank]:b4[rank + 1]].detach().requires_grad_() for t in (k, v)]
+        y, s = wt.context_parallel_rwkv4(w, u, k4, v4, s0)
+        dy = torch.randn(1, 41, 24, generator=torch.Generator().manual_seed(seed + 2))
+        (y * dy[:, b4[rank]:b4[rank + 1]]).sum().backward()
+        for t in (w.grad, u.grad):  # each rank holds its share of a shared input's gradient
+            dist.all_reduce(t)
+        out["rwkv4"] = {"y": y.detach(), "s": s.detach(), "dk": k4.grad, "dv": v4.grad, "dw": w.grad, "du": u.grad}
+        torch.save(out, os.path.join(out_dir, "rank%d.pt" % rank))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_three_processes_empty_shard_and_rwkv4_over_gloo(tmp_path, rng):
+    import torch.multiprocessing as mp
+
+    seed = int(rng.integers(1 << 30))
+    mp.spawn(_worker3, args=(3, _free_port(), seed, str(tmp_path)), nprocs=3, join=True)
+    parts = [torch.load(tmp_path / ("rank%d.pt" % r)) for r in range(3)]
+    # RWKV-7, the middle rank empty
+    x = inputs(seed, 30, grad=True)
+    y_ref, s_ref = wt.rwkv7(*x.values())
+    dy = torch.randn(1, 30, 2, 16, generator=torch.Generator().manual_seed(seed + 1))
+    (y_ref * dy).sum().backward()
+    p7 = [p["rwkv7"] for p in parts]
+    assert p7[1]["y"].shape == (1, 0, 2, 16)
+    assert rel(torch.cat([p["y"] for p in p7], 1), y_ref) <= TOL
+    assert rel(p7[2]["s"], s_ref) <= TOL
+    for name, t in x.items():
+        assert rel(torch.cat([p["grads"][name] for p in p7], 1), t.grad) <= 1e-4, name
+    # RWKV-4, uneven shards, w and u shared
+    w, u, k, v, s0 = rwkv4_inputs(seed, 41, grad=True)
+    y_ref, s_ref = wt.rwkv4(w, u, k, v, s0)
+    dy = torch.randn(1, 41, 24, generator=torch.Generator().manual_seed(seed + 2))
+    (y_ref * dy).sum().backward()
+    p4 = [p["rwkv4"] for p in parts]
+    assert rel(torch.cat([p["y"] for p in p4], 1), y_ref) <= TOL
+    assert rel(p4[2]["s"], s_ref) <= TOL
+    assert rel(torch.cat([p["dk"] for p in p4], 1), k.grad) <= 1e-4
+    assert rel(torch.cat([p["dv"] for p in p4], 1), v.grad) <= 1e-4
+    for r in range(3):
+        assert rel(p4[r]["dw"], w.grad) <= 1e-4 and rel(p4[r]["du"], u.grad) <= 1e-4

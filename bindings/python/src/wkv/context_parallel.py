@@ -16,7 +16,12 @@ Gradients flow through every step by autograd (the op's backward gives the state
 the exchange is an all_gather whose backward all-reduces the gradients).
 
 RWKV-6/5 have the same form with a diagonal A (the per-column product of the decays; u only
-touches y); RWKV-4's log-space state is not done here.
+touches y). RWKV-4's state is the log-space triple (aa, bb, pp) (true numerator aa e^pp,
+denominator bb e^pp): in linear space each channel decays by e^wd per token (wd = -exp(w), one
+value per channel, time-invariant), so a segment of L tokens maps a start (aa0, bb0, pp0) to
+its zero-start end (aaS, bbS, ppS) plus the start decayed by e^(L wd); this module applies that
+in log space (p = max(pp0 + L wd, ppS), every exponent <= 0), so its transition is
+(aaS, bbS, ppS, L wd) per channel: C floats, not N^2.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ["segment_transition_rwkv7", "segment_transition_rwkv6", "compose", "rwkv7_segmented",
-           "rwkv6_segmented", "context_parallel_rwkv7", "context_parallel_rwkv6"]
+__all__ = ["segment_transition_rwkv7", "segment_transition_rwkv6", "segment_transition_rwkv4", "compose",
+           "compose_rwkv4", "rwkv7_segmented", "rwkv6_segmented", "rwkv4_segmented", "context_parallel_rwkv7",
+           "context_parallel_rwkv6", "context_parallel_rwkv4"]
 
 
 def _op(name: str = "rwkv7"):
@@ -35,21 +41,68 @@ def _op(name: str = "rwkv7"):
     return getattr(wt, name)
 
 
-# The ops this module splits: name, the per-token inputs, the shared ones (not split along T).
-_OPS = {"rwkv7": (("r", "w", "k", "v", "a", "b"), ()), "rwkv6": (("r", "w", "k", "v"), ("u",))}
+# The ops split here take per-token inputs (split along T; RWKV-7 r w k v a b, RWKV-6 r w k v,
+# RWKV-4 k v) and shared ones (RWKV-6 u, RWKV-4 w u).
+_PP_EMPTY = -1e38  # RWKV-4's pp of the zero state (wkv.h)
+
+
+def _run(name, tokens, shared, state, decay, context):
+    """The op on a segment (or a batch of them) from `state` (None: zeros)."""
+    if name == "rwkv4":  # w, u first; its decay form is fixed
+        return _op(name)(*shared, *tokens, state, context=context)
+    return _op(name)(*tokens, *shared, state, decay=decay, context=context)
 
 
 def _transition(name, tokens, shared, decay, context):
-    """(A, B) of a segment: its final state from zero (B) and from the identity with v = 0 (A)."""
-    v = tokens[3]
+    """A segment's transition as one tensor: RWKV-7/6 stack([A, B]) [2, B, H, N, N], A from the
+    identity with v = 0 and B from zeros; RWKV-4 [B, 4, C]: its zero-start end (aa, bb, pp) and
+    L wd."""
+    v = tokens[-1] if name == "rwkv4" else tokens[3]
+    if name == "rwkv4":
+        Bsz, L, C = v.shape
+        _, end = _run(name, tokens, shared, None, decay, context)
+        ld = (-torch.exp(shared[0].float()) * L).expand(Bsz, 1, C)
+        return torch.cat([end, ld], 1)
     Bsz, _, H, N = v.shape
-    op = _op(name)
     zeros = torch.zeros(Bsz, H, N, N, dtype=torch.float32, device=v.device)
-    _, Bst = op(*tokens, *shared, zeros, decay=decay, context=context)
+    _, Bst = _run(name, tokens, shared, zeros, decay, context)
     no_v = list(tokens)
     no_v[3] = torch.zeros_like(v)
-    _, A = op(*no_v, *shared, _identity(Bsz, H, N, v), decay=decay, context=context)
-    return A, Bst
+    _, A = _run(name, no_v, shared, _identity(Bsz, H, N, v), decay, context)
+    return torch.stack([A, Bst])
+
+
+def _identity_transition(name, tokens) -> torch.Tensor:
+    """The transition of an empty segment (a rank with no tokens): the state passes unchanged."""
+    v = tokens[-1] if name == "rwkv4" else tokens[3]
+    if name == "rwkv4":
+        tr = torch.zeros(v.shape[0], 4, v.shape[2], dtype=torch.float32, device=v.device)
+        tr[:, 2] = _PP_EMPTY
+        return tr
+    Bsz, _, H, N = v.shape
+    return torch.stack([_identity(Bsz, H, N, v), torch.zeros(Bsz, H, N, N, dtype=torch.float32, device=v.device)])
+
+
+def _apply(name, state: torch.Tensor, tr: torch.Tensor) -> torch.Tensor:
+    """The state after a segment with transition `tr`, from `state` at its start."""
+    if name != "rwkv4":
+        return state @ tr[0] + tr[1]
+    aa0, bb0, pp0 = state[:, 0], state[:, 1], state[:, 2]
+    aaS, bbS, ppS, ld = tr[:, 0], tr[:, 1], tr[:, 2], tr[:, 3]
+    p0 = pp0 + ld
+    p = torch.maximum(p0, ppS)
+    e0, eS = torch.exp(p0 - p), torch.exp(ppS - p)
+    return torch.stack([aa0 * e0 + aaS * eS, bb0 * e0 + bbS * eS, p], 1)
+
+
+def _zero_state(name, tokens) -> torch.Tensor:
+    v = tokens[-1] if name == "rwkv4" else tokens[3]
+    if name == "rwkv4":
+        z = torch.zeros(v.shape[0], 3, v.shape[2], dtype=torch.float32, device=v.device)
+        z[:, 2] = _PP_EMPTY
+        return z
+    Bsz, _, H, N = v.shape
+    return torch.zeros(Bsz, H, N, N, dtype=torch.float32, device=v.device)
 
 
 def _identity(B: int, H: int, N: int, like: torch.Tensor) -> torch.Tensor:
@@ -59,13 +112,27 @@ def _identity(B: int, H: int, N: int, like: torch.Tensor) -> torch.Tensor:
 def segment_transition_rwkv7(r, w, k, v, a, b, *, decay="clampw", context=None) -> Tuple[torch.Tensor, torch.Tensor]:
     """(A, B) of a segment [B, L, H, N]: its final state is S A + B for an initial state S
     (A, B: [B, H, N, N] float32; S A multiplies S's key axis by A)."""
-    return _transition("rwkv7", (r, w, k, v, a, b), (), decay, context)
+    tr = _transition("rwkv7", (r, w, k, v, a, b), (), decay, context)
+    return tr[0], tr[1]
 
 
 def segment_transition_rwkv6(r, w, k, v, u, *, decay="exp_neg_exp", context=None):
     """RWKV-6/5's (A, B): A is diagonal (the product of the segment's decays per key column),
     returned as the full matrix."""
-    return _transition("rwkv6", (r, w, k, v), (u,), decay, context)
+    tr = _transition("rwkv6", (r, w, k, v), (u,), decay, context)
+    return tr[0], tr[1]
+
+
+def segment_transition_rwkv4(w, u, k, v, *, context=None) -> torch.Tensor:
+    """RWKV-4's transition of a segment k, v [B, L, C]: [B, 4, C] float32, its final state from
+    the zero state (aa, bb, pp) and L wd (wd = -exp(w)), what :func:`compose_rwkv4` combines."""
+    return _transition("rwkv4", (k, v), (w, u), None, context)
+
+
+def compose_rwkv4(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
+    """RWKV-4's transition of `first` followed by `then` (each [B, 4, C])."""
+    end = _apply("rwkv4", first[:, :3], then)
+    return torch.cat([end, (first[:, 3] + then[:, 3]).unsqueeze(1)], 1)
 
 
 def compose(first: Tuple[torch.Tensor, torch.Tensor], then: Tuple[torch.Tensor, torch.Tensor]):
@@ -74,27 +141,29 @@ def compose(first: Tuple[torch.Tensor, torch.Tensor], then: Tuple[torch.Tensor, 
     return A1 @ A2, B1 @ A2 + B2
 
 
-def _starts(state: Optional[torch.Tensor], transitions: Sequence[Tuple[torch.Tensor, torch.Tensor]],
-            shape: Tuple[int, int, int, int], like: torch.Tensor) -> List[torch.Tensor]:
+def _starts(name, state: Optional[torch.Tensor], transitions: Sequence[torch.Tensor], tokens) -> List[torch.Tensor]:
     """The true initial state of every segment, from the initial state and the transitions."""
-    s = state if state is not None else torch.zeros(shape, dtype=torch.float32, device=like.device)
+    s = state if state is not None else _zero_state(name, tokens)
     out = []
-    for A, Bst in transitions:
+    for tr in transitions:
         out.append(s)
-        s = s @ A + Bst
+        s = _apply(name, s, tr)
     return out
 
 
 def _segmented(name, tokens, shared, state, segments, decay, context):
-    Bsz, T, H, N = tokens[3].shape
+    v = tokens[-1] if name == "rwkv4" else tokens[3]
+    Bsz, T = v.shape[:2]
     if Bsz != 1 or segments < 1 or T % segments:
         raise ValueError("%s_segmented: needs B = 1 and T (%d) a multiple of segments (%d)" % (name, T, segments))
     P, L = segments, T // segments
-    seg = [x.reshape(P, L, H, N) for x in tokens]  # the segments as a batch
-    A, Bst = _transition(name, seg, shared, decay, context)
-    starts = _starts(state, [(A[i:i + 1], Bst[i:i + 1]) for i in range(P)], (1, H, N, N), tokens[3])
-    y, s_end = _op(name)(*seg, *shared, torch.cat(starts, 0), decay=decay, context=context)
-    return y.reshape(1, T, H, N), s_end[P - 1:P]
+    seg = [x.reshape(P, L, *x.shape[2:]) for x in tokens]  # the segments as a batch
+    tr = _transition(name, seg, shared, decay, context)
+    per = [tr[i:i + 1] for i in range(P)] if name == "rwkv4" else [tr[:, i:i + 1] for i in range(P)]
+    first = [x[:1, :1] for x in seg]
+    starts = _starts(name, state, per, first)
+    y, s_end = _run(name, seg, shared, torch.cat(starts, 0), decay, context)
+    return y.reshape(1, T, *y.shape[2:]), s_end[P - 1:P]
 
 
 def rwkv7_segmented(r, w, k, v, a, b, state=None, *, segments: int, decay="clampw", context=None):
@@ -110,25 +179,35 @@ def rwkv6_segmented(r, w, k, v, u, state=None, *, segments: int, decay="exp_neg_
     return _segmented("rwkv6", (r, w, k, v), (u,), state, segments, decay, context)
 
 
+def rwkv4_segmented(w, u, k, v, state=None, *, segments: int, context=None):
+    """:func:`rwkv7_segmented` for RWKV-4 (k, v [1, T, C]; w, u shared; state [1, 3, C] planar)."""
+    return _segmented("rwkv4", (k, v), (w, u), state, segments, None, context)
+
+
 def _context_parallel(name, tokens, shared, state, group, decay, context):
     import torch.distributed as dist
 
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
-    Bsz, _, H, N = tokens[3].shape
-    A, Bst = _transition(name, tokens, shared, decay, context)
-    both = torch.stack([A, Bst])  # one exchange for both halves of the transition
-    every = _AllGather.apply(both, group, rank, world) if world > 1 else both.unsqueeze(0)
-    starts = _starts(state, [(every[q, 0], every[q, 1]) for q in range(rank + 1)], (Bsz, H, N, N), tokens[3])
+    v = tokens[-1] if name == "rwkv4" else tokens[3]
+    empty = v.shape[1] == 0  # a rank without tokens passes the state on
+    if empty:  # tied to the (empty) inputs, so that this rank's backward reaches the exchange too
+        tr = _identity_transition(name, tokens) + 0.0 * sum(t.sum() for t in tokens)
+    else:
+        tr = _transition(name, tokens, shared, decay, context)
+    every = _AllGather.apply(tr, group, rank, world) if world > 1 else tr.unsqueeze(0)  # one exchange
+    starts = _starts(name, state, [every[q] for q in range(rank + 1)], tokens)
     # every rank's loss must reach the exchange, so that every rank takes part in its backward
     # (rank 0's start does not depend on it): a zero-weight term does that
     start = starts[rank] + 0.0 * every.sum()
-    return _op(name)(*tokens, *shared, start, decay=decay, context=context)
+    if empty:
+        return torch.zeros(v.shape, dtype=v.dtype, device=v.device) + 0.0 * start.sum(), start
+    return _run(name, tokens, shared, start, decay, context)
 
 
 def context_parallel_rwkv7(r, w, k, v, a, b, state=None, *, group=None, decay="clampw", context=None):
     """RWKV-7 over a sequence split across the ranks of `group` (torch.distributed, in rank
-    order): each rank passes its own segment [B, L, H, N] (any L, the same B, H, N everywhere)
+    order): each rank passes its own segment [B, L, H, N] (any L >= 0, the same B, H, N everywhere)
     → ``(y, segment_end_state)``: its segment's outputs and the true state at its segment's end
     (the last rank's is the sequence's final state). Every rank must call it with the same
     `state` (the sequence's initial state; None: zeros). Differentiable: the gradients of a
@@ -141,6 +220,13 @@ def context_parallel_rwkv6(r, w, k, v, u, state=None, *, group=None, decay="exp_
     """:func:`context_parallel_rwkv7` for RWKV-6/5 (every rank passes the same u; its gradient
     on each rank is that rank's share)."""
     return _context_parallel("rwkv6", (r, w, k, v), (u,), state, group, decay, context)
+
+
+def context_parallel_rwkv4(w, u, k, v, state=None, *, group=None, context=None):
+    """:func:`context_parallel_rwkv7` for RWKV-4: each rank passes its segment k, v [B, L, C] and
+    the same w, u (their gradients on each rank are that rank's share); the state is the
+    planar [B, 3, C] (aa, bb, pp). The exchange is 4 C floats per batch row and rank."""
+    return _context_parallel("rwkv4", (k, v), (w, u), state, group, None, context)
 
 
 class _AllGather(torch.autograd.Function):

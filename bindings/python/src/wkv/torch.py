@@ -37,7 +37,8 @@ from .context import Context, context_by_id, current_context
 from .errors import DeviceMismatchError, DTypeError, InvalidArgumentError
 
 __all__ = ["rwkv7", "rwkv6", "rwkv4", "attention", "context_parallel_rwkv7", "context_parallel_rwkv6",
-           "rwkv7_segmented", "rwkv6_segmented", "segment_transition_rwkv7", "segment_transition_rwkv6", "RWKV7Function", "RWKV6Function", "RWKV4Function",
+           "context_parallel_rwkv4", "rwkv7_segmented", "rwkv6_segmented", "rwkv4_segmented",
+           "segment_transition_rwkv7", "segment_transition_rwkv6", "segment_transition_rwkv4", "RWKV7Function", "RWKV6Function", "RWKV4Function",
            "HAS_CUSTOM_OP", "custom_ops"]
 
 #: True when torch has ``torch.library.custom_op`` (2.4+); the ops are then registered.
@@ -328,5 +329,6 @@ def rwkv4(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, st
     return _call("rwkv4", (w, u, k, v), state, "exp_neg_exp", state_layout, seq_offsets, context, use_custom_op)
 
 
-from .context_parallel import (context_parallel_rwkv6, context_parallel_rwkv7, rwkv6_segmented,  # noqa: E402
-                               rwkv7_segmented, segment_transition_rwkv6, segment_transition_rwkv7)
+from .context_parallel import (context_parallel_rwkv4, context_parallel_rwkv6, context_parallel_rwkv7,  # noqa: E402
+                               rwkv4_segmented, rwkv6_segmented, rwkv7_segmented, segment_transition_rwkv4,
+                               segment_transition_rwkv6, segment_transition_rwkv7)
