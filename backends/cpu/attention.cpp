@@ -29,13 +29,15 @@ struct AttnConfig {
 };
 
 /* The tile shapes this backend has (any D up to kMaxHeadDim, any dtype); the first is the
- * default. Measured (Zen 4, 2 threads, B = 1, H = 32, T = 1024, f32; ms, non-causal D = 64 /
- * causal D = 64 / causal D = 128): q256.kv128 59 / 40 / 71, q128.kv64 64 / 40 / 78, q64.kv64
- * 72 / 38 / 84, q16.kv64 82 / 45 / 91, q4.kv128 89 / 61 / 269: larger query tiles amortise each
- * key block's loads and the per-block softmax bookkeeping over more rows. */
+ * default. Measured with the vector block step (benchmarks/attention_bench.py, Zen 4, 2 threads,
+ * f32, H = 32; two runs, ms): q128.kv64 was the fastest on every row, 2-16% ahead of q256.kv128
+ * (B=1 T=1024 D=64: 62.7 / 69.0 against 65.4 / 70.3; causal D=128: 64.9 / 65.6 against
+ * 67.4 / 78.6; B=4 causal: 137 / 141 against 146 / 156), q64.kv64 close behind, q16 and q4
+ * 10-150% slower: a Bc = 64 key block (16 KiB of Kt + 16 KiB of V at D = 64) stays in L1 while
+ * a tile's row groups walk it; larger query tiles amortise each block's loads over more rows. */
 constexpr AttnConfig kConfigs[] = {
-    {"cpu.tiled.q256.kv128", 256, 128, true},
-    {"cpu.tiled.q128.kv64", 128, 64, false},
+    {"cpu.tiled.q128.kv64", 128, 64, true},
+    {"cpu.tiled.q256.kv128", 256, 128, false},
     {"cpu.tiled.q64.kv64", 64, 64, false},
     {"cpu.tiled.q16.kv64", 16, 64, false},
     {"cpu.tiled.q4.kv128", 4, 128, false},
