@@ -10,8 +10,10 @@
 # Names: <kernel>[_s16][_rolled], as vk_pipeline.c looks them up (the RWKV-4 and reduce shaders
 # have no loops over a state row: their _rolled variants are the same code, listed so that
 # every kernel has the four names).
-# WKV_NO_SUBGROUP (<kernel>_nosg, the two forwards only): for a device without subgroup
-# shuffles in compute shaders: one lane per state row, 32-bit words, unrolled loops.
+# WKV_NO_SUBGROUP (<kernel>_nosg, the two forwards and attention only): for a device without
+# subgroup shuffles in compute shaders: one lane per state row (attention: per query row),
+# 32-bit words; the recurrences' loops unrolled, attention's rolled (a row of up to 256 floats
+# per invocation).
 set(WKV_SHADER_VARIANTS
   "wkv7_fwd|wkv7_fwd.comp|"
   "wkv7_fwd_s16|wkv7_fwd.comp|WKV_STORAGE16=1"
@@ -43,6 +45,11 @@ set(WKV_SHADER_VARIANTS
   "wkv_reduce_s16_rolled|wkv_reduce.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
   "wkv7_fwd_nosg|wkv7_fwd.comp|WKV_NO_SUBGROUP=1"
   "wkv6_fwd_nosg|wkv6_fwd.comp|WKV_NO_SUBGROUP=1"
+  "attn_fwd|attn_fwd.comp|"
+  "attn_fwd_s16|attn_fwd.comp|WKV_STORAGE16=1"
+  "attn_fwd_rolled|attn_fwd.comp|WKV_ROLLED=1"
+  "attn_fwd_s16_rolled|attn_fwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
+  "attn_fwd_nosg|attn_fwd.comp|WKV_NO_SUBGROUP=1 WKV_ROLLED=1"
 )
 # The Vulkan version the SPIR-V targets (glslangValidator --target-env, spirv-val --target-env).
 set(WKV_SHADER_TARGET_ENV vulkan1.1)

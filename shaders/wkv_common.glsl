@@ -124,12 +124,19 @@ struct TensorDesc {
     ivec4 stride; // in elements, per logical axis (0 where the extent is 1)
 };
 
+// The parameter block P. A kernel with another one (attn_fwd.comp) defines WKV_PARAMS_BLOCK as
+// its declaration of P, which must have a TensorDesc td[] member (the tensor helpers below use
+// P.td); the WKV recurrences share this one.
+#ifdef WKV_PARAMS_BLOCK
+WKV_PARAMS_BLOCK
+#else
 layout(std430, set = 0, binding = 0) readonly buffer Params {
     int B, T, H, N_;
     int num_seqs, form, flags, op; // op: 4, 6 or 7 (wkv_op)
     TensorDesc td[NUM_SLOTS];
     ivec4 seqs[]; // per sequence: batch, t0, t1, first checkpoint segment (backward)
 } P;
+#endif
 
 // Per dispatch (one batch of items).
 layout(push_constant) uniform PushConstants {
@@ -253,4 +260,6 @@ float decay_of_form(float w, int form, out float ddw) {
     return d;
 }
 
+#ifndef WKV_PARAMS_BLOCK
 float decay_of(float w, out float ddw) { return decay_of_form(w, P.form, ddw); }
+#endif

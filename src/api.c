@@ -604,6 +604,26 @@ wkv_status wkv_context_control(wkv_context* ctx, const char* fn, wkv_backend bac
 
 /* ------------------------------------------------------------------------------ attention */
 
+/* A pinned configuration must be one the backend lists, and one that fits its device. */
+static wkv_status check_attention_config(wkv_context* ctx, const char* name, wkv_message* m) {
+    int32_t (*list)(void*, wkv_attention_config*, int32_t) = IFACE_HAS(ctx->iface, attention_configs);
+    wkv_attention_config cfg[32];
+    memset(cfg, 0, sizeof cfg);
+    for (int i = 0; i < 32; ++i) cfg[i].struct_size = sizeof cfg[i];
+    int32_t n = list ? list(ctx->backend_state, cfg, 32) : 0;
+    if (n > 32) n = 32;
+    for (int32_t i = 0; i < n; ++i) {
+        cfg[i].name[sizeof cfg[i].name - 1] = '\0';
+        if (strncmp(cfg[i].name, name, sizeof cfg[i].name) != 0) continue;
+        if (!cfg[i].fits)
+            return wkv_fail(m, WKV_ERROR_UNSUPPORTED, "desc->config \"%s\" does not fit this %s device "
+                            "(wkv_attention_configs: fits = 0)", cfg[i].name, ctx->iface->name);
+        return WKV_OK;
+    }
+    return wkv_fail(m, WKV_ERROR_INVALID_ARGUMENT, "desc->config \"%.64s\" is not an attention configuration of "
+                    "the %s backend (wkv_attention_configs lists them)", name, ctx->iface->name);
+}
+
 wkv_status wkv_attention(wkv_context* ctx, const wkv_attention_desc* desc) {
     wkv_status st = enter(ctx, "wkv_attention");
     if (st) return st;
@@ -613,8 +633,9 @@ wkv_status wkv_attention(wkv_context* ctx, const wkv_attention_desc* desc) {
     wkv_status (*run)(void*, const wkv_attention_problem*, wkv_message*) = IFACE_HAS(ctx->iface, attention);
     st = wkv_validate_attention(&ctx->target, desc, &p, &m);
     if (!st && !run)
-        st = wkv_fail(&m, WKV_ERROR_UNSUPPORTED, "the %s backend has no attention kernel yet (the CPU backend has)",
-                      ctx->iface->name);
+        st = wkv_fail(&m, WKV_ERROR_UNSUPPORTED, "the %s backend has no attention kernel yet (the CPU and Vulkan "
+                      "backends have)", ctx->iface->name);
+    if (!st && p.config) st = check_attention_config(ctx, p.config, &m);
     if (!st) st = run(ctx->backend_state, &p, &m);
     st = finish(ctx, "wkv_attention", st, &m);
     leave(ctx);

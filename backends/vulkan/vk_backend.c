@@ -122,8 +122,8 @@ static const wkv_backend_iface k_iface = {
     /* .synchronize    = */ vk_synchronize, /* WKV_CONTEXT_ASYNC: waits for the enqueued calls */
     /* .saves_checkpoints = */ NULL, /* the forward ignores a workspace; backward recomputes */
     /* .forward_scratch_size = */ NULL, /* the forwards need no scratch */
-    /* .attention      = */ NULL, /* no attention kernel yet: the core says so */
-    /* .attention_configs = */ NULL,
+    /* .attention      = */ wkv_vk_attention,
+    /* .attention_configs = */ wkv_vk_attention_configs,
 };
 
 __attribute__((visibility("default"))) const wkv_backend_iface* wkv_plugin_entry(uint32_t core_abi) {

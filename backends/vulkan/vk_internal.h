@@ -7,6 +7,7 @@
  *   vk_op.c         what every op shares: binding plan, staging, parameter block, descriptors
  *   vk_rwkv7.c      RWKV-7 and RWKV-6 (one structure: N x N state per head): workspace, dispatch
  *   vk_rwkv4.c      RWKV-4: workspace, dispatch
+ *   vk_attention.c  softmax attention: configurations, dispatch
  *   vk_backend.c    the plugin's function table and entry point */
 #ifndef WKV_VK_INTERNAL_H
 #define WKV_VK_INTERNAL_H
@@ -51,7 +52,8 @@ enum {
     WKV_VK_KERNEL_RWKV4_FWD = 4,
     WKV_VK_KERNEL_RWKV4_BWD = 5,
     WKV_VK_KERNEL_REDUCE = 6, /* the backward's per-sequence partials of du (RWKV-6), dw + du (RWKV-4) */
-    WKV_VK_KERNELS = 7
+    WKV_VK_KERNEL_ATTN = 7,   /* softmax attention forward (vk_attention.c) */
+    WKV_VK_KERNELS = 8
 };
 /* Bindings beyond the tensor slots (binding = slot + 1; 0 is the parameter block). */
 enum { WKV_VK_BINDING_CKPT = 21, WKV_VK_BINDING_REPLAY = 22, WKV_VK_BINDING_PART = 23, WKV_VK_MAX_BINDINGS = 24 };
@@ -359,6 +361,16 @@ uint64_t wkv_vk_align_up(uint64_t x, uint64_t a);
 uint64_t wkv_vk_offset_alignment(const wkv_vk_state* st);
 /* The size of p's parameter block (shaders/wkv_common.glsl Params). */
 uint64_t wkv_vk_params_bytes(const wkv_problem* p);
+/* Plans one tensor of extent ext (along its view's four axes) into sp: its span, where it is
+ * bound (in place for a wkv_buffer, else staged), its shader descriptor. */
+wkv_status wkv_vk_plan_view(wkv_vk_state* st, const wkv_view* v, const wkv_buffer_ref* mem, const int64_t ext[4],
+                            slot_plan* sp, const char* name, int output, wkv_message* msg);
+/* Writes an op's parameter block (op->params_bytes bytes) at dst. */
+typedef void (*wkv_vk_params_writer)(char* dst, const op_plan* op, const void* data);
+/* With op's slots planned: places the parameter block (in place when nothing is in host
+ * memory and the device allows, else in staging) and lays out and fills staging. */
+wkv_status wkv_vk_stage(wkv_vk_state* st, op_plan* op, wkv_vk_params_writer write, const void* data,
+                        wkv_message* msg);
 /* Plans the kernel's slots, lays out and fills staging (params + host spans); seg0: per
  * sequence, its first checkpoint segment (backward) or NULL. */
 wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, const int* in_slots, int n_in,
@@ -385,6 +397,9 @@ wkv_status wkv_vk_rwkv7_workspace_size(wkv_vk_state* st, const wkv_problem* p, s
 wkv_status wkv_vk_rwkv4_forward(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg);
 wkv_status wkv_vk_rwkv4_backward(wkv_vk_state* st, const wkv_problem* p, wkv_message* msg);
 wkv_status wkv_vk_rwkv4_workspace_size(wkv_vk_state* st, const wkv_problem* p, size_t* out, wkv_message* msg);
+/* vk_attention.c */
+wkv_status wkv_vk_attention(void* state, const wkv_attention_problem* p, wkv_message* msg);
+int32_t wkv_vk_attention_configs(void* state, wkv_attention_config* out, int32_t capacity);
 /* The forward's specialisation for p: lanes per row, tokens per chunk, dtype (vk_rwkv7.c). */
 vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p);
 /* An integer knob from the environment, 1..1024, else 0 (read when a context is created). */

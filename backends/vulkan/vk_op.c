@@ -40,11 +40,10 @@ static const char* slot_name(int slot) {
     return names[slot];
 }
 
-/* Plans one slot: its span, where it is bound, its descriptor for the shader. */
-static wkv_status plan_slot(wkv_vk_state* st, const wkv_problem* p, op_plan* op, int slot, int output,
-                            wkv_message* msg) {
-    slot_plan* sp = &op->slot[slot];
-    const wkv_view* v = &p->r + slot;
+/* Plans one tensor: its span (ext: its extent along the view's four axes), where it is bound,
+ * its descriptor for the shader. */
+wkv_status wkv_vk_plan_view(wkv_vk_state* st, const wkv_view* v, const wkv_buffer_ref* mem, const int64_t ext[4],
+                            slot_plan* sp, const char* name, int output, wkv_message* msg) {
     sp->used = 1;
     sp->output = output;
     if (!v->data) {
@@ -54,20 +53,15 @@ static wkv_status plan_slot(wkv_vk_state* st, const wkv_problem* p, op_plan* op,
         return WKV_OK;
     }
     sp->present = 1;
-    /* RWKV-4's state is [s, part (aa bb pp), 0, c] */
-    const int r4 = p->op == WKV_OP_RWKV4;
-    const int64_t ext[4] = {is_state_slot(slot) ? op->S : p->B,
-                            is_state_slot(slot) ? (r4 ? 3 : p->H) : p->T,
-                            is_state_slot(slot) ? (r4 ? 1 : p->N) : p->H, p->N};
     const int64_t es = wkv_elem_size(v->elem);
     int64_t lo = 0, hi = 0;
     for (int d = 0; d < 4; ++d) {
         const int64_t stride = ext[d] > 1 ? v->stride[d] : 0;
         const int64_t reach = (ext[d] - 1) * stride; /* no overflow: checked by the core */
         if (reach < 0) lo += reach;
-        else hi += reach;
+        else if (reach > 0) hi += reach;
         if (stride > INT32_MAX || stride < -INT32_MAX)
-            return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED, "%s: stride %lld does not fit 32 bits", slot_name(slot),
+            return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED, "%s: stride %lld does not fit 32 bits", name,
                                (long long)stride);
         sp->d.stride[d] = (int32_t)stride;
     }
@@ -76,11 +70,10 @@ static wkv_status plan_slot(wkv_vk_state* st, const wkv_problem* p, op_plan* op,
     if (bytes + 2 * wkv_vk_offset_alignment(st) > max_range || (hi - lo + 1) > INT32_MAX / 2)
         return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED,
                            "%s spans %llu bytes; one binding of this device covers at most %llu "
-                           "(maxStorageBufferRange)", slot_name(slot), (unsigned long long)bytes,
+                           "(maxStorageBufferRange)", name, (unsigned long long)bytes,
                            (unsigned long long)max_range);
     sp->d.present = 1;
     sp->d.dtype = (int32_t)v->elem;
-    const wkv_buffer_ref* mem = wkv_problem_mem(p, v);
     if (!mem->buffer) {
         sp->host = 1;
         sp->host_lo = v->data + lo * es;
@@ -101,6 +94,18 @@ static wkv_status plan_slot(wkv_vk_state* st, const wkv_problem* p, op_plan* op,
     return WKV_OK;
 }
 
+/* An RWKV op's slot: its extent from the problem's shape. */
+static wkv_status plan_slot(wkv_vk_state* st, const wkv_problem* p, op_plan* op, int slot, int output,
+                            wkv_message* msg) {
+    const wkv_view* v = &p->r + slot;
+    /* RWKV-4's state is [s, part (aa bb pp), 0, c] */
+    const int r4 = p->op == WKV_OP_RWKV4;
+    const int64_t ext[4] = {is_state_slot(slot) ? op->S : p->B,
+                            is_state_slot(slot) ? (r4 ? 3 : p->H) : p->T,
+                            is_state_slot(slot) ? (r4 ? 1 : p->N) : p->H, p->N};
+    return wkv_vk_plan_view(st, v, wkv_problem_mem(p, v), ext, &op->slot[slot], slot_name(slot), output, msg);
+}
+
 /* The staging / mirror layout: the parameter block, then each host tensor's span. */
 static void layout_host(wkv_vk_state* st, op_plan* op) {
     const uint64_t a = wkv_vk_offset_alignment(st);
@@ -115,8 +120,15 @@ static void layout_host(wkv_vk_state* st, op_plan* op) {
     op->total = at;
 }
 
-/* Fills staging with the parameter block (and seg0 per sequence for the backward). */
-static void write_params(char* base, const wkv_problem* p, const op_plan* op, const int64_t* seg0) {
+/* An RWKV op's parameter block (and seg0 per sequence for the backward). */
+typedef struct rwkv_params {
+    const wkv_problem* p;
+    const int64_t* seg0;
+} rwkv_params;
+
+static void write_params(char* base, const op_plan* op, const void* data) {
+    const wkv_problem* p = ((const rwkv_params*)data)->p;
+    const int64_t* seg0 = ((const rwkv_params*)data)->seg0;
     gpu_header h;
     memset(&h, 0, sizeof h);
     h.B = (int32_t)p->B;
@@ -149,7 +161,7 @@ uint64_t wkv_vk_params_bytes(const wkv_problem* p) {
  * memory): at offset 0 of params, or, appended to an open command buffer (vk_internal.h, ASYNC
  * CALLS), in the next free region of it. A call that may open a command buffer for others
  * reserves room for them: batch_max blocks like its own, at most 1 MiB. */
-static wkv_status place_params(wkv_vk_state* st, const wkv_problem* p, op_plan* op, const int64_t* seg0,
+static wkv_status place_params(wkv_vk_state* st, op_plan* op, wkv_vk_params_writer write, const void* data,
                                wkv_message* msg) {
     const uint64_t a = wkv_vk_offset_alignment(st);
     uint64_t at = 0;
@@ -169,7 +181,7 @@ static wkv_status place_params(wkv_vk_state* st, const wkv_problem* p, op_plan* 
     op->params_buffer = st->params.buffer;
     op->params_offset = at;
     st->batch_params = at + op->params_bytes;
-    write_params((char*)st->params.mapped + at, p, op, seg0);
+    write((char*)st->params.mapped + at, op, data);
     return WKV_OK;
 }
 
@@ -183,6 +195,13 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
         if ((s = plan_slot(st, p, op, in_slots[i], 0, msg))) return s;
     for (int i = 0; i < n_out; ++i)
         if ((s = plan_slot(st, p, op, out_slots[i], 1, msg))) return s;
+    const rwkv_params data = {p, seg0};
+    return wkv_vk_stage(st, op, write_params, &data, msg);
+}
+
+wkv_status wkv_vk_stage(wkv_vk_state* st, op_plan* op, wkv_vk_params_writer write, const void* data,
+                        wkv_message* msg) {
+    wkv_status s;
     int any_host = 0;
     for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) any_host |= op->slot[i].used && op->slot[i].host;
     /* No host tensor (a decode loop on buffers): the parameter block straight into device
@@ -191,7 +210,7 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
      * wkv_vk_record): the host runs the recording before it records with this context again
      * (wkv_vulkan.h), so rewriting it in place is safe there too. */
     if (!any_host && st->params_direct) {
-        s = place_params(st, p, op, seg0, msg);
+        s = place_params(st, op, write, data, msg);
         if (s == WKV_OK) {
             vkw_prof_enter(st, WKV_VK_PROF_RECORD);
             return WKV_OK;
@@ -220,7 +239,7 @@ wkv_status wkv_vk_prepare(wkv_vk_state* st, const wkv_problem* p, op_plan* op, c
         memcpy(dst, sp->host_lo, (size_t)sp->bytes); /* outputs too: their gaps go back unchanged */
         if (sp->range > sp->bytes) memset(dst + sp->bytes, 0, (size_t)(sp->range - sp->bytes));
     }
-    write_params((char*)st->staging.mapped, p, op, seg0);
+    write((char*)st->staging.mapped, op, data);
     op->params_buffer = st->mirror.buffer;
     vkw_prof_enter(st, WKV_VK_PROF_RECORD);
     return WKV_OK;

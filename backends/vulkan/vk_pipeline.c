@@ -30,6 +30,7 @@ static const kernel_def k_kernels[WKV_VK_KERNELS] = {
     {"wkv4_fwd", {S_W, S_K, S_V, S_U, S_Y, S_SIN, S_SOUT}, 7, 0},
     {"wkv4_bwd", {S_W, S_K, S_V, S_U, S_SIN, S_DY, S_DSOUT, S_DK, S_DV, S_DSIN}, 10, WS_CKPT | WS_REPLAY | WS_PART},
     {"wkv_reduce", {S_W, S_DW, S_DU}, 3, WS_PART},
+    {"attn_fwd", {0, 1, 2, 3, 4}, 5, 0}, /* q k v o lse (vk_attention.c), bindings 1..5 */
 };
 
 static const wkv_vk_spirv* find_spirv(const char* name) {
@@ -51,7 +52,8 @@ wkv_status wkv_vk_kernels_create(wkv_vk_state* st, wkv_message* msg) {
         const kernel_def* d = &k_kernels[k];
         vkw_kernel* kern = &st->kernels[k];
         char name[64];
-        if (!st->subgroup_shuffle && (k == WKV_VK_KERNEL_RWKV7_FWD || k == WKV_VK_KERNEL_RWKV6_FWD))
+        if (!st->subgroup_shuffle &&
+            (k == WKV_VK_KERNEL_RWKV7_FWD || k == WKV_VK_KERNEL_RWKV6_FWD || k == WKV_VK_KERNEL_ATTN))
             snprintf(name, sizeof name, "%s_nosg", d->shader); /* 32-bit words: any device */
         else
             snprintf(name, sizeof name, "%s%s%s", d->shader, st->storage16 ? "_s16" : "", rolled ? "_rolled" : "");
