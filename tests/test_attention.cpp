@@ -5,97 +5,12 @@
 #include <limits>
 
 #include "wkv_doctest.h"
+#include "test_attention.h"
 #include "test_util.h"
 
 using namespace wkvtest;
 
 namespace {
-
-struct AttnCase {
-    int64_t B = 1, Tq = 5, Tk = 5, Hq = 2, Hkv = 2, D = 16;
-    bool causal = false;
-    double scale = 0.0;               // 0: 1/sqrt(D)
-    std::vector<int64_t> q_off, k_off; // packed when not empty
-    wkv_dtype dtype = WKV_DTYPE_F32;
-    bool strided = false;             // q, k, v, o inside wider buffers ([B, T, H, 2D])
-    double logit_scale = 1.0;         // multiplies q: large values test overflow handling
-    const char* config = nullptr;
-};
-
-struct AttnRun {
-    wkv_status status;
-    std::string message;
-    std::vector<double> o, lse, o_ref, lse_ref;
-};
-
-HostTensor make(wkv_dtype dt, int64_t B, int64_t T, int64_t H, int64_t D, bool strided) {
-    if (!strided) return HostTensor(dt, {B, T, H, D});
-    return HostTensor(dt, {B, T, H, D}, {T * H * 2 * D, H * 2 * D, 2 * D, 1}, 3);
-}
-
-AttnRun run(wkv_context* ctx, const AttnCase& c, Rng& rng) {
-    AttnRun out;
-    const int64_t nq = c.B * c.Tq * c.Hq * c.D, nk = c.B * c.Tk * c.Hkv * c.D;
-    std::vector<double> q = random_normal(rng, (size_t)nq), k = random_normal(rng, (size_t)nk),
-                        v = random_normal(rng, (size_t)nk);
-    for (double& x : q) x *= c.logit_scale;
-    q = rounded(c.dtype, q), k = rounded(c.dtype, k), v = rounded(c.dtype, v);
-    HostTensor tq = make(c.dtype, c.B, c.Tq, c.Hq, c.D, c.strided), tk = make(c.dtype, c.B, c.Tk, c.Hkv, c.D, c.strided),
-               tv = make(c.dtype, c.B, c.Tk, c.Hkv, c.D, c.strided), to = make(c.dtype, c.B, c.Tq, c.Hq, c.D, c.strided);
-    HostTensor tl(WKV_DTYPE_F32, {c.B, c.Hq, c.Tq});
-    fill_input(tq, q), fill_input(tk, k), fill_input(tv, v);
-    to.poison(), tl.poison();
-    wkv_attention_desc d{};
-    d.struct_size = sizeof d;
-    d.flags = c.causal ? WKV_ATTENTION_CAUSAL : 0;
-    d.scale = (float)c.scale;
-    d.q = tq.view(), d.k = tk.view(), d.v = tv.view(), d.o = to.view(), d.lse = tl.view();
-    static float empty_storage[1];  // an empty tensor still needs a non-NULL data pointer
-    for (wkv_tensor* t : {&d.q, &d.k, &d.v, &d.o, &d.lse})
-        if (!t->data) t->data = empty_storage;
-    if (!c.q_off.empty()) {
-        d.q_offsets = c.q_off.data(), d.k_offsets = c.k_off.data();
-        d.num_seqs = (int64_t)c.q_off.size() - 1;
-    }
-    d.config = c.config;
-    out.status = wkv_attention(ctx, &d);
-    out.message = wkv_last_error(ctx);
-    if (out.status != WKV_OK) return out;
-    CHECK(to.gaps_still_nan());
-    out.o = to.read(), out.lse = tl.read();
-    wkv_ref_attention in{};
-    in.B = c.B, in.Tq = c.Tq, in.Tk = c.Tk, in.Hq = c.Hq, in.Hkv = c.Hkv, in.D = c.D;
-    in.causal = c.causal;
-    in.scale = c.scale != 0.0 ? (double)(float)c.scale : 1.0 / std::sqrt((double)c.D);
-    in.q = q.data(), in.k = k.data(), in.v = v.data();
-    if (!c.q_off.empty()) in.num_seqs = d.num_seqs, in.q_offsets = c.q_off.data(), in.k_offsets = c.k_off.data();
-    out.o_ref.assign((size_t)nq, 0.0), out.lse_ref.assign((size_t)(c.B * c.Hq * c.Tq), 0.0);
-    wkv_ref_attention_forward(&in, out.o_ref.data(), out.lse_ref.data());
-    return out;
-}
-
-// lse rows that see no key are -inf in both; compare the finite ones.
-void check_lse(const AttnRun& r, double tol) {
-    std::vector<double> got, want;
-    for (size_t i = 0; i < r.lse.size(); ++i) {
-        if (std::isinf(r.lse_ref[i])) {
-            CHECK(r.lse[i] == -std::numeric_limits<double>::infinity());
-            continue;
-        }
-        got.push_back(r.lse[i]), want.push_back(r.lse_ref[i]);
-    }
-    if (!want.empty()) CHECK(rel_err(got, want) <= tol);
-}
-
-void check_run(wkv_context* ctx, const AttnCase& c, Rng& rng) {
-    AttnRun r = run(ctx, c, rng);
-    REQUIRE_MESSAGE(r.status == WKV_OK, r.message);
-    const double tol = c.dtype.bits == 32 ? 1e-5 : 2e-3;
-    // 16-bit outputs are rounded once more than the reference: the tolerance covers it
-    CHECK(all_finite(r.o));
-    CHECK_MESSAGE(rel_err(r.o, r.o_ref) <= tol, "rel err ", rel_err(r.o, r.o_ref));
-    check_lse(r, 1e-5);
-}
 
 struct Ctx {
     wkv_context* ctx = nullptr;

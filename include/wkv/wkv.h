@@ -474,8 +474,10 @@ WKV_API wkv_status wkv_forward_scratch_size(wkv_context* ctx, size_t* out_bytes,
  * q_offsets[s+1]) and keys [k_offsets[s], k_offsets[s+1]) (both host arrays of num_seqs + 1
  * non-decreasing values from 0 to Tq, resp. Tk; the mask is aligned per sequence).
  * Computed in float32 whatever the I/O dtype (float32, float16, bfloat16; q, k, v, o share one).
- * Backends: CPU today (any D up to 256); the CUDA and Vulkan plugins refuse it with
- * WKV_ERROR_UNSUPPORTED until they have kernels. */
+ * Backends: CPU and Vulkan (D up to 256); the CUDA plugin refuses it with
+ * WKV_ERROR_UNSUPPORTED until it has a kernel. A pinned configuration (desc->config) that the
+ * backend does not list is WKV_ERROR_INVALID_ARGUMENT, one listed with fits = 0
+ * WKV_ERROR_UNSUPPORTED. */
 enum { WKV_ATTENTION_CAUSAL = 1u << 0 };
 
 typedef struct wkv_attention_desc {
