@@ -174,3 +174,28 @@ def test_golden_files_are_what_the_script_writes(tmp_path):
             assert a.shape == b.shape and a.dtype == b.dtype, (name, key)
             fin = np.isfinite(a)
             assert (fin == np.isfinite(b)).all() and np.allclose(a[fin], b[fin], rtol=1e-12, atol=1e-12), (name, key)
+
+
+def _vulkan():
+    try:
+        return wkv.Context("vulkan")
+    except (wkv.WkvError, OSError):
+        return None
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_vulkan_context_against_torch_math_float64(rng, causal):
+    """The same op on the Vulkan backend (lavapipe in CI), numpy and torch 16-bit inputs, lse."""
+    ctx = _vulkan()
+    if ctx is None:
+        pytest.skip("no Vulkan device")
+    q, k, v = draw(rng, 2, 37, 45, 4, 2, 64)
+    f = lambda x: x.astype(np.float32)  # noqa: E731
+    o, lse = wkv.attention(f(q), f(k), f(v), causal=causal, return_lse=True, context=ctx)
+    assert rel_rms(o, oracle(f(q), f(k), f(v), causal)) <= 1e-5
+    o_cpu, lse_cpu = wkv.attention(f(q), f(k), f(v), causal=causal, return_lse=True)
+    assert rel_rms(lse, lse_cpu) <= 1e-6
+    tq, tk, tv = (torch.tensor(f(x)).to(torch.bfloat16) for x in (q, k, v))
+    ob = wkv.attention(tq, tk, tv, causal=causal, context=ctx)
+    assert ob.dtype == torch.bfloat16
+    assert rel_rms(ob.float().numpy(), oracle(tq.float().numpy(), tk.float().numpy(), tv.float().numpy(), causal)) <= 8e-3
