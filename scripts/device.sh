@@ -211,10 +211,10 @@ if [ -d "$root/.vk" ]; then
     vb --B 2,4 --T 4096 --pass forward
     vb --B 8 --T 1024,2048 --pass forward
     # attention (no anchor on Vulkan; the CUDA plugin has no attention yet): every configuration
-    for D in 64 128; do
-      vkrun "$vk/wkv-bench" perf --op attention --backend vulkan --B 4 --T 1024,4096 --H 32 --D "$D" --causal \
-        --config all --repeat 5 --json >>"$perf" 2>>"$out/vulkan.log" || note "vulkan attention D=$D failed (vulkan.log)"
-    done
+    for D in 64 128; do for T in 1024 4096; do
+      vkrun "$vk/wkv-bench" perf --op attention --backend vulkan --B 4 --T "$T" --H 32 --D "$D" --causal \
+        --config all --repeat 5 --json >>"$perf" 2>>"$out/vulkan.log" || note "vulkan attention D=$D T=$T failed (vulkan.log)"
+    done; done
     kill "$clk" 2>/dev/null
     note "vulkan perf SM clock (MHz): $(awk -F', ' '{print $2}' "$out/vulkan_clocks.csv" | sort -n | awk '{a[NR]=$1} END {if (NR) print "min " a[1] ", median " a[int((NR+1)/2)] ", max " a[NR] " over " NR " samples"}')"
   fi
