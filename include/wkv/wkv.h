@@ -80,8 +80,9 @@
  * once more from its true initial state for its y. RWKV-4: a segment of L tokens maps a start
  * (aa0, bb0, pp0) to its end from the zero state (aaS, bbS, ppS) plus the start decayed by
  * e^(L wd): p = max(pp0 + L wd, ppS), aa = aa0 e^(pp0 + L wd - p) + aaS e^(ppS - p), bb alike,
- * pp = p. The Python package does this across processes and devices
- * (wkv.torch.context_parallel_rwkv7, _rwkv6, _rwkv4).
+ * pp = p. examples/c/segments.c does it with wkv_forward alone (the segments as the batch of a
+ * strided view, v = 0 as a broadcast zero); the Python package does it across processes and
+ * devices (wkv.torch.context_parallel_rwkv7, _rwkv6, _rwkv4).
  *
  * RWKV-4 (WKV_OP_RWKV4): per channel c of C: k, v, y are [B,T,C], w (time_decay) and u
  *   (time_first) are [C]; the per-step decay is exp(-exp(w)) (wd = -exp(w), the usual

@@ -1,0 +1,174 @@
+/* One long sequence in segments, in C: the recipe of wkv.h's "Segments of one sequence" with
+ * nothing but wkv_forward (the same calls split a sequence across devices or processes).
+ *
+ * RWKV-7's state update is affine in the state, so a segment of L tokens maps its initial
+ * state S to S A + B (per head, N x N). With the sequence [1, T, H, N] viewed as P segments
+ * [P, L, H, N] (strides only, no copy):
+ *   1. B: one forward of all segments from a zero state (state_in NULL) -> state_out B[P];
+ *   2. A: one forward from the identity with v = 0 (a broadcast zero: all strides 0) -> A[P];
+ *   3. the true initial states, in order: S_0 = the sequence's state, S_{i+1} = S_i A_i + B_i
+ *      (this composition is associative: across devices it is a scan);
+ *   4. one forward of all segments from their true initial states -> y and the final state.
+ * The example checks y and the final state against one forward of the whole sequence.
+ *
+ *   segments [--backend cpu|vulkan|cuda|auto] [--T T] [--segments P] [--H H] [--N N]
+ * Prints the largest relative differences and "segments: ok" (exit 0) when they are within
+ * float32 rounding. Run by ctest on the CPU and, when present, on Vulkan. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <wkv/wkv.h>
+
+static const char* backend_name(wkv_backend b) {
+    return b == WKV_BACKEND_CPU ? "cpu" : b == WKV_BACKEND_CUDA ? "cuda" : b == WKV_BACKEND_VULKAN ? "vulkan" : "?";
+}
+
+static float* alloc_floats(size_t n) {
+    float* p = (float*)calloc(n ? n : 1, sizeof(float));
+    if (!p) {
+        fprintf(stderr, "segments: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* Deterministic inputs: uniform in [lo, hi). */
+static void fill(float* x, size_t n, float lo, float hi, uint64_t* s) {
+    for (size_t i = 0; i < n; ++i) {
+        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = lo + (hi - lo) * (float)((*s >> 40) * (1.0 / 16777216.0));
+    }
+}
+
+/* Largest |a - b| over the largest |b|. */
+static double rel_diff(const float* a, const float* b, size_t n) {
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; ++i) {
+        double e = fabs((double)a[i] - b[i]);
+        if (e > d) d = e;
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+    }
+    return m > 0 ? d / m : d;
+}
+
+int main(int argc, char** argv) {
+    wkv_backend backend = WKV_BACKEND_AUTO;
+    int64_t T = 512, P = 8, H = 2, N = 32;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--backend")) {
+            const char* b = argv[i + 1];
+            backend = !strcmp(b, "cpu") ? WKV_BACKEND_CPU : !strcmp(b, "vulkan") ? WKV_BACKEND_VULKAN
+                    : !strcmp(b, "cuda") ? WKV_BACKEND_CUDA : WKV_BACKEND_AUTO;
+        } else if (!strcmp(argv[i], "--T")) T = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--segments")) P = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--H")) H = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--N")) N = atoll(argv[i + 1]);
+    }
+    if (P < 1 || T < P || T % P || H < 1 || N < 1) {
+        fprintf(stderr, "segments: T must be a positive multiple of --segments\n");
+        return 2;
+    }
+    const int64_t L = T / P;
+    wkv_context_options opt = {0};
+    opt.struct_size = sizeof opt;
+    opt.backend = backend;
+    wkv_context* ctx = NULL;
+    if (wkv_context_create(&opt, &ctx) != WKV_OK) {
+        fprintf(stderr, "segments: %s\n", wkv_last_error(NULL));
+        return 1;
+    }
+
+    const size_t ntok = (size_t)(T * H * N), nst = (size_t)(H * N * N);
+    float *r = alloc_floats(ntok), *w = alloc_floats(ntok), *k = alloc_floats(ntok), *v = alloc_floats(ntok);
+    float *a = alloc_floats(ntok), *b = alloc_floats(ntok), *s0 = alloc_floats(nst);
+    uint64_t seed = 7;
+    fill(r, ntok, -1, 1, &seed), fill(w, ntok, -3, 3, &seed), fill(k, ntok, -0.5f, 0.5f, &seed);
+    fill(v, ntok, -1, 1, &seed), fill(s0, nst, -0.5f, 0.5f, &seed);
+    /* a = -kk, b = kk * iclr: RWKV-7's in-context learning rate form (kk normalised per head) */
+    for (int64_t t = 0; t < T * H; ++t) {
+        float nrm = 0, *kk = k + t * N;
+        for (int64_t i = 0; i < N; ++i) nrm += kk[i] * kk[i];
+        nrm = sqrtf(nrm) + 1e-6f;
+        for (int64_t i = 0; i < N; ++i) a[t * N + i] = -kk[i] / nrm, b[t * N + i] = kk[i] / nrm * 0.5f;
+    }
+
+    /* the reference: one forward of the whole sequence */
+    float *y_ref = alloc_floats(ntok), *s_ref = alloc_floats(nst);
+    const int64_t whole[4] = {1, T, H, N}, st1[4] = {1, H, N, N};
+    wkv_forward_desc f = {0};
+    f.struct_size = sizeof f;
+    f.op = WKV_OP_RWKV7;
+    f.decay_form = WKV_DECAY_CLAMPW;
+    f.r = wkv_tensor_make(r, WKV_DTYPE_F32, 4, whole), f.w = wkv_tensor_make(w, WKV_DTYPE_F32, 4, whole);
+    f.k = wkv_tensor_make(k, WKV_DTYPE_F32, 4, whole), f.v = wkv_tensor_make(v, WKV_DTYPE_F32, 4, whole);
+    f.a = wkv_tensor_make(a, WKV_DTYPE_F32, 4, whole), f.b = wkv_tensor_make(b, WKV_DTYPE_F32, 4, whole);
+    f.y = wkv_tensor_make(y_ref, WKV_DTYPE_F32, 4, whole);
+    f.state_in = wkv_tensor_make(s0, WKV_DTYPE_F32, 4, st1), f.state_out = wkv_tensor_make(s_ref, WKV_DTYPE_F32, 4, st1);
+    wkv_status st = wkv_forward(ctx, &f);
+
+    /* the same tensors as P segments of L tokens: [P, L, H, N], strides only */
+    const int64_t seg[4] = {P, L, H, N}, stP[4] = {P, H, N, N};
+    const int64_t seg_strides[4] = {L * H * N, H * N, N, 1}, zero_strides[4] = {0, 0, 0, 0};
+    float *A = alloc_floats((size_t)P * nst), *Bs = alloc_floats((size_t)P * nst), *eye = alloc_floats((size_t)P * nst);
+    float *starts = alloc_floats((size_t)P * nst), *ends = alloc_floats((size_t)P * nst), *y = alloc_floats(ntok);
+    float zero = 0.0f;
+    for (int64_t i = 0; i < P * H; ++i)
+        for (int64_t d = 0; d < N; ++d) eye[(i * N + d) * N + d] = 1.0f;
+    wkv_forward_desc g = f;
+    wkv_tensor* toks[6] = {&g.r, &g.w, &g.k, &g.v, &g.a, &g.b};
+    float* datas[6] = {r, w, k, v, a, b};
+    for (int i = 0; i < 6; ++i) {
+        *toks[i] = wkv_tensor_make(datas[i], WKV_DTYPE_F32, 4, seg);
+        toks[i]->strides = seg_strides;
+    }
+    g.y = wkv_tensor_make(y, WKV_DTYPE_F32, 4, seg); /* steps 1 and 2 need only the final states: */
+    g.y.strides = seg_strides;                    /* their y is overwritten by step 4 */
+    g.state_in.data = NULL;
+    g.state_out = wkv_tensor_make(Bs, WKV_DTYPE_F32, 4, stP);
+    if (!st) st = wkv_forward(ctx, &g); /* 1. B from zeros */
+    g.v = wkv_tensor_make(&zero, WKV_DTYPE_F32, 4, seg);
+    g.v.strides = zero_strides; /* v = 0 everywhere, one float */
+    g.state_in = wkv_tensor_make(eye, WKV_DTYPE_F32, 4, stP);
+    g.state_out = wkv_tensor_make(A, WKV_DTYPE_F32, 4, stP);
+    if (!st) st = wkv_forward(ctx, &g); /* 2. A from the identity */
+    if (st) {
+        fprintf(stderr, "segments: %s\n", wkv_last_error(ctx));
+        return 1;
+    }
+    /* 3. S_{i+1} = S_i A_i + B_i per head ([value][key] rows: (S A)[i][j] = sum_m S[i][m] A[m][j]) */
+    memcpy(starts, s0, nst * sizeof(float));
+    for (int64_t p = 0; p + 1 < P; ++p)
+        for (int64_t h = 0; h < H; ++h) {
+            const float* S = starts + (p * H + h) * N * N;
+            const float* Ap = A + (p * H + h) * N * N;
+            const float* Bp = Bs + (p * H + h) * N * N;
+            float* next = starts + ((p + 1) * H + h) * N * N;
+            for (int64_t i = 0; i < N; ++i)
+                for (int64_t j = 0; j < N; ++j) {
+                    double acc = Bp[i * N + j];
+                    for (int64_t m = 0; m < N; ++m) acc += (double)S[i * N + m] * Ap[m * N + j];
+                    next[i * N + j] = (float)acc;
+                }
+        }
+    /* 4. every segment from its true initial state */
+    g.v = wkv_tensor_make(v, WKV_DTYPE_F32, 4, seg);
+    g.v.strides = seg_strides;
+    g.state_in = wkv_tensor_make(starts, WKV_DTYPE_F32, 4, stP);
+    g.state_out = wkv_tensor_make(ends, WKV_DTYPE_F32, 4, stP);
+    if (wkv_forward(ctx, &g) != WKV_OK) {
+        fprintf(stderr, "segments: %s\n", wkv_last_error(ctx));
+        return 1;
+    }
+    const double dy = rel_diff(y, y_ref, ntok), ds = rel_diff(ends + (P - 1) * nst, s_ref, nst);
+    printf("segments: backend %s, T=%lld in %lld segments of %lld, H=%lld N=%lld: y differs by %.2e, the final "
+           "state by %.2e (relative to their largest elements)\n", backend_name(wkv_context_backend(ctx)),
+           (long long)T, (long long)P, (long long)L, (long long)H, (long long)N, dy, ds);
+    const int ok = dy <= 1e-4 && ds <= 1e-4;
+    printf("segments: %s\n", ok ? "ok" : "FAILED");
+    wkv_context_destroy(ctx);
+    free(r), free(w), free(k), free(v), free(a), free(b), free(s0), free(y_ref), free(s_ref);
+    free(A), free(Bs), free(eye), free(starts), free(ends), free(y);
+    return ok ? 0 : 1;
+}
