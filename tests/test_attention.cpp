@@ -61,6 +61,51 @@ TEST_CASE("attention: against the float64 reference, every mask, head grouping a
     }
 }
 
+TEST_CASE("attention: decode steps (a row or two per head), keys read as rows, heads grouped") {
+    Ctx c;
+    Rng rng(test_seed());
+    for (const int64_t Tq : {1, 2})
+        for (const int64_t Tk : {1, 63, 64, 65, 300})
+            for (const auto& hh : {std::pair<int64_t, int64_t>{8, 8}, {8, 2}, {8, 1}}) {
+                AttnCase a;
+                a.Tq = Tq, a.Tk = Tk, a.Hq = hh.first, a.Hkv = hh.second, a.D = 64, a.B = 2;
+                a.causal = Tk % 2 == 1;
+                CAPTURE(Tq);
+                CAPTURE(Tk);
+                CAPTURE(a.Hkv);
+                check_run(c.ctx, a, rng);  // float32 rows read in place
+            }
+    for (const wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16})
+        for (const int64_t D : {1, 16, 40, 128, 256})
+            for (const bool strided : {false, true}) {
+                // (D = 1 in 16 bits: a dozen outputs, each rounded once more than the reference:
+                // their rel-RMS is noise around the tolerance)
+                if (D == 1 && dt.bits == 16) continue;
+                AttnCase a;
+                a.dtype = dt, a.D = D, a.strided = strided, a.Tq = 1, a.Tk = 131, a.Hq = 6, a.Hkv = 2, a.B = 2;
+                CAPTURE(dtype_name(dt));
+                CAPTURE(D);
+                CAPTURE(strided);
+                check_run(c.ctx, a, rng);  // rows copied (16-bit, strided) or in place; D tails
+            }
+    AttnCase p;  // packed decode: one query row per sequence against caches of different lengths
+    p.Hq = 4, p.Hkv = 1, p.D = 32, p.causal = true;
+    p.q_off = {0, 1, 2, 3}, p.k_off = {0, 50, 51, 180};
+    p.Tq = 3, p.Tk = 180;
+    check_run(c.ctx, p, rng);
+    int32_t n = 0;
+    REQUIRE(wkv_attention_configs(c.ctx, nullptr, 0, &n) == WKV_OK);
+    std::vector<wkv_attention_config> cfg((size_t)n);
+    for (auto& x : cfg) x.struct_size = sizeof x;
+    REQUIRE(wkv_attention_configs(c.ctx, cfg.data(), n, &n) == WKV_OK);
+    for (const auto& x : cfg) {  // q4 tiles cannot hold a group's rows: heads one by one there
+        AttnCase a;
+        a.config = x.name, a.Tq = 2, a.Tk = 77, a.Hq = 12, a.Hkv = 3, a.D = 48, a.causal = true;
+        CAPTURE(x.name);
+        check_run(c.ctx, a, rng);
+    }
+}
+
 TEST_CASE("attention: fully masked rows give zeros and -inf, never NaN") {
     Ctx c;
     Rng rng(test_seed());

@@ -52,7 +52,7 @@ int64_t padded_dim(int64_t D) { return (D + 15) / 16 * 16; }
 /* Floats of one chunk's scratch for a config at head dim D. */
 int64_t scratch_floats(const AttnConfig& c, int64_t D) {
     const int64_t br = c.block_q, bc = c.block_kv, Dp = padded_dim(D);
-    return br * Dp /* q */ + D * bc /* Kt */ + bc * Dp /* V */ + 4 * bc /* p rows: a group of up to 4 (attention_simd.inl) */ + br * Dp /* acc */ +
+    return br * Dp /* q */ + Dp * bc /* Kt, or K as rows (few-row tiles) */ + bc * Dp /* V */ + 4 * bc /* p rows: a group of up to 4 (attention_simd.inl) */ + br * Dp /* acc */ +
            2 * br /* m, l */ + br /* seen (int64 as 2 floats: below) */ * 2 + Dp /* a row in transit */;
 }
 
@@ -60,6 +60,8 @@ struct AttnJob {
     const wkv_attention_problem* p;
     const AttnConfig* cfg;
     AttnBlockFn block; /* the path's vector step, or NULL */
+    AttnRowsFn rows;   /* the path's vector step for tiles of few rows, or NULL */
+    int64_t heads;     /* query heads per item: 1, or Hq / Hkv for decode-shaped calls (run_item) */
     const int64_t* tiles_before; /* [num_seqs + 1]: query tiles of the sequences before s */
     int64_t items, chunks;
     float* scratch; /* chunk c at scratch + c * chunk_floats */
@@ -112,24 +114,66 @@ bool scalar_block(const float* q, int64_t rows, int64_t Dp, int64_t D, const flo
     return true;
 }
 
+/* The scalar step with the keys as rows (AttnRowsFn's contract, attention.h). */
+bool scalar_rows(const float* q, int64_t rows, int64_t Dp, int64_t D, const float* kb, int64_t k_stride,
+                 const float* vb, int64_t v_stride, int64_t nb, const int64_t* seen, float* p_rows, float* acc,
+                 float* m, float* l) {
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n_seen = std::min(nb, seen[r]);
+        if (n_seen <= 0) continue;
+        const float* qr = q + r * Dp;
+        float mx = m[r];
+        for (int64_t j = 0; j < n_seen; ++j) {
+            float s = 0.0f;
+            for (int64_t d = 0; d < D; ++d) s += qr[d] * kb[j * k_stride + d];
+            p_rows[j] = s;
+            mx = std::max(mx, s);
+        }
+        if (mx == neg_inf) continue;
+        const float corr = m[r] == neg_inf ? 0.0f : std::exp(m[r] - mx);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n_seen; ++j) sum += p_rows[j] = std::exp(p_rows[j] - mx);
+        l[r] = l[r] * corr + sum;
+        m[r] = mx;
+        float* ar = acc + r * Dp;
+        for (int64_t d = 0; d < D; ++d) ar[d] *= corr;
+        for (int64_t j = 0; j < n_seen; ++j)
+            for (int64_t d = 0; d < D; ++d) ar[d] += p_rows[j] * vb[j * v_stride + d];
+    }
+    return true;
+}
+
+/* A float32 tensor whose D elements are contiguous: its key / value rows can be read in place. */
+bool rows_in_place(const wkv_view& v, int64_t D) { return v.elem == WKV_ELEM_F32 && (v.stride[3] == 1 || D == 1); }
+
+/* Tiles of at most this many rows take the keys as rows (AttnRowsFn). */
+constexpr int64_t kRowsTile = 2;
+
 void run_item(const AttnJob& job, int64_t item, float* mem) {
     const wkv_attention_problem& p = *job.p;
     const int64_t D = p.D, Dp = padded_dim(D), Hq = p.Hq, br = job.cfg->block_q, bc = job.cfg->block_kv;
-    /* item = (tile index over all sequences) * Hq + head */
-    const int64_t h = item % Hq, tile = item / Hq;
+    /* item = (tile index over all sequences) * Hq + head; with grouped heads (job.heads > 1: a
+     * decode-shaped call) item = tile * Hkv + kv head, and the item's rows are every query row
+     * of the tile in each of the kv head's heads (head h0 + i / tile_rows, row i % tile_rows) */
+    const int64_t heads = job.heads;
+    const int64_t h0 = heads > 1 ? (item % p.Hkv) * heads : item % Hq, tile = item / (heads > 1 ? p.Hkv : Hq);
     const int64_t s = std::upper_bound(job.tiles_before, job.tiles_before + p.num_seqs + 1, tile) - job.tiles_before - 1;
     int64_t b, q0, q1, k0, k1;
     wkv_attention_sequence(&p, s, &b, &q0, &q1, &k0, &k1);
-    const int64_t r0 = q0 + (tile - job.tiles_before[s]) * br, r1 = std::min(q1, r0 + br), rows = r1 - r0;
-    const int64_t g = h / (Hq / p.Hkv);
+    const int64_t r0 = q0 + (tile - job.tiles_before[s]) * br, r1 = std::min(q1, r0 + br), tile_rows = r1 - r0;
+    const int64_t rows = tile_rows * heads;
+    const int64_t g = h0 / (Hq / p.Hkv);
     /* the last key row r sees (causal: bottom-right aligned within its sequence) */
     const int64_t shift = (k1 - k0) - (q1 - q0);
     auto last_key = [&](int64_t r) { return p.causal ? std::min(k1 - 1, k0 + (r - q0) + shift) : k1 - 1; };
+    auto row_of = [&](int64_t i) { return r0 + i % tile_rows; }; /* query row of item row i */
+    auto head_of = [&](int64_t i) { return h0 + i / tile_rows; };
     const int64_t kend = last_key(r1 - 1) + 1; /* keys [k0, kend) reach some row of the tile */
 
     float* q = mem;
     float* kt = q + br * Dp;
-    float* vb = kt + D * bc;
+    float* vb = kt + Dp * bc;
     float* prow = vb + bc * Dp;
     float* acc = prow + 4 * bc;
     float* m = acc + br * Dp;
@@ -138,7 +182,7 @@ void run_item(const AttnJob& job, int64_t item, float* mem) {
     float* row = reinterpret_cast<float*>(seen + br);
     std::memset(q, 0, sizeof(float) * (size_t)(rows * Dp));
     for (int64_t r = 0; r < rows; ++r) {
-        load_row(p.q, view_offset(p.q, b, r0 + r, h), D, q + r * Dp);
+        load_row(p.q, view_offset(p.q, b, row_of(r), head_of(r)), D, q + r * Dp);
         for (int64_t d = 0; d < D; ++d) q[r * Dp + d] *= p.scale;
         m[r] = -std::numeric_limits<float>::infinity();
         l[r] = 0.0f;
@@ -147,8 +191,25 @@ void run_item(const AttnJob& job, int64_t item, float* mem) {
     if (Dp > D)
         for (int64_t j = 0; j < bc; ++j) std::memset(vb + j * Dp + D, 0, sizeof(float) * (size_t)(Dp - D));
 
+    const bool as_rows = tile_rows <= kRowsTile;
+    const bool k_in_place = as_rows && rows_in_place(p.k, D), v_in_place = as_rows && rows_in_place(p.v, D);
     for (int64_t j0 = k0; j0 < kend; j0 += bc) {
         const int64_t nb = std::min(bc, kend - j0);
+        if (as_rows) { /* a decode step: no transposition; rows read in place where they can be */
+            const float* kb = kt;
+            const float* vr = vb;
+            int64_t ks = Dp, vs = Dp;
+            if (k_in_place) kb = reinterpret_cast<const float*>(p.k.data) + view_offset(p.k, b, j0, g), ks = p.k.stride[1];
+            else
+                for (int64_t j = 0; j < nb; ++j) load_row(p.k, view_offset(p.k, b, j0 + j, g), D, kt + j * Dp);
+            if (v_in_place) vr = reinterpret_cast<const float*>(p.v.data) + view_offset(p.v, b, j0, g), vs = p.v.stride[1];
+            else
+                for (int64_t j = 0; j < nb; ++j) load_row(p.v, view_offset(p.v, b, j0 + j, g), D, vb + j * Dp);
+            for (int64_t r = 0; r < rows; ++r) seen[r] = std::min(nb, last_key(row_of(r)) - j0 + 1);
+            if (!job.rows || !job.rows(q, rows, Dp, D, kb, ks, vr, vs, nb, seen, prow, acc, m, l))
+                scalar_rows(q, rows, Dp, D, kb, ks, vr, vs, nb, seen, prow, acc, m, l);
+            continue;
+        }
         const float* kblk = kt;
         const float* vblk = vb;
         int64_t kstride = bc;
@@ -172,10 +233,10 @@ void run_item(const AttnJob& job, int64_t item, float* mem) {
         float* ar = acc + r * Dp;
         const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
         for (int64_t d = 0; d < D; ++d) ar[d] *= inv;
-        store_row(p.o, view_offset(p.o, b, r0 + r, h), D, ar);
+        store_row(p.o, view_offset(p.o, b, row_of(r), head_of(r)), D, ar);
         if (p.lse.data) {
             const float lse = l[r] > 0.0f ? m[r] + std::log(l[r]) : neg_inf;
-            std::memcpy(p.lse.data + 4 * view_offset(p.lse, b, r0 + r, h), &lse, 4);
+            std::memcpy(p.lse.data + 4 * view_offset(p.lse, b, row_of(r), head_of(r)), &lse, 4);
         }
     }
 }
@@ -233,7 +294,7 @@ int32_t attention_configs(wkv_attention_config* out, int32_t capacity) noexcept 
     return kNumConfigs;
 }
 
-wkv_status attention(const BackendState& st, AttnBlockFn block, const wkv_attention_problem* p,
+wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows, const wkv_attention_problem* p,
                      wkv_message* msg) noexcept {
     const AttnConfig* cfg = &kConfigs[0]; /* a pinned one is listed: the core checked the name */
     if (p->config)
@@ -257,7 +318,21 @@ wkv_status attention(const BackendState& st, AttnBlockFn block, const wkv_attent
     job.p = p;
     job.cfg = cfg;
     job.block = block;
-    job.items = tiles * p->Hq;
+    job.rows = rows;
+    /* A decode-shaped call (every tile of at most kRowsTile rows: one tile per sequence) with
+     * grouped heads: one item per kv head walks its keys once for all of its query heads. */
+    const int64_t group = p->Hq / p->Hkv;
+    job.heads = 1;
+    if (group > 1 && tiles == p->num_seqs && group * kRowsTile <= cfg->block_q) {
+        bool decode = true;
+        for (int64_t s = 0; s < p->num_seqs && decode; ++s) {
+            int64_t b, q0, q1, k0, k1;
+            wkv_attention_sequence(p, s, &b, &q0, &q1, &k0, &k1);
+            decode = q1 - q0 <= kRowsTile;
+        }
+        if (decode) job.heads = group;
+    }
+    job.items = tiles * (job.heads > 1 ? p->Hkv : p->Hq);
     if (job.items == 0) return WKV_OK;
     job.chunks = chunk_count(&st, job.items);
     job.chunk_floats = scratch_floats(*cfg, p->D);

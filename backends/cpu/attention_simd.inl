@@ -133,3 +133,65 @@ bool attn_block(const float* q, int64_t rows, int64_t Dp, int64_t D, const float
         return false;
     return true;
 }
+
+/* AttnRowsFn (attention.h): the keys as rows, for tiles of a row or two. Per row: the scores
+ * four keys at a time (q in registers, one accumulator per key, then its horizontal sum), the
+ * running max, p = vexp(s - m) over the block, acc = acc * corr + sum_j p_j v_j with the row's
+ * accumulator in registers. D a multiple of W (no tail; only D floats of a key are read). */
+bool attn_rows(const float* q, int64_t rows, int64_t Dp, int64_t D, const float* kb, int64_t k_stride,
+               const float* vb, int64_t v_stride, int64_t nb, const int64_t* seen, float* p_rows, float* acc,
+               float* m, float* l) {
+    constexpr int kMaxV = 256 / W;
+    if (D % W || D > 256) return false;
+    const int nv = (int)(D / W);
+    const float neg_inf = -__builtin_inff();
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n_seen = seen[r] < nb ? seen[r] : nb;
+        if (n_seen <= 0) continue;
+        T qv[kMaxV];
+        for (int c = 0; c < nv; ++c) qv[c] = V::load(q + r * Dp + c * W);
+        int64_t j = 0;
+        for (; j + 4 <= n_seen; j += 4) {
+            const float* k0 = kb + j * k_stride;
+            T s0 = V::zero(), s1 = V::zero(), s2 = V::zero(), s3 = V::zero();
+            for (int c = 0; c < nv; ++c) {
+                s0 = V::fma(qv[c], V::load(k0 + c * W), s0);
+                s1 = V::fma(qv[c], V::load(k0 + k_stride + c * W), s1);
+                s2 = V::fma(qv[c], V::load(k0 + 2 * k_stride + c * W), s2);
+                s3 = V::fma(qv[c], V::load(k0 + 3 * k_stride + c * W), s3);
+            }
+            p_rows[j] = attn_hsum(&s0, 1), p_rows[j + 1] = attn_hsum(&s1, 1);
+            p_rows[j + 2] = attn_hsum(&s2, 1), p_rows[j + 3] = attn_hsum(&s3, 1);
+        }
+        for (; j < n_seen; ++j) {
+            T s0 = V::zero();
+            for (int c = 0; c < nv; ++c) s0 = V::fma(qv[c], V::load(kb + j * k_stride + c * W), s0);
+            p_rows[j] = attn_hsum(&s0, 1);
+        }
+        float mx = m[r];
+        for (j = 0; j < n_seen; ++j) mx = p_rows[j] > mx ? p_rows[j] : mx;
+        if (mx == neg_inf) continue; /* only -inf scores so far: m stays -inf, nothing NaN */
+        const float corr = m[r] == neg_inf ? 0.0f : std::exp(m[r] - mx);
+        const int64_t nvec = (n_seen + W - 1) / W;
+        for (j = n_seen; j < nvec * W; ++j) p_rows[j] = neg_inf; /* exp gives exactly 0 there */
+        const T mxv = V::set1(mx);
+        T sum = V::zero();
+        for (int64_t c = 0; c < nvec; ++c) {
+            const T e = vexp(V::sub(V::load(p_rows + c * W), mxv));
+            V::store(p_rows + c * W, e);
+            sum = V::add(sum, e);
+        }
+        l[r] = l[r] * corr + attn_hsum(&sum, 1);
+        m[r] = mx;
+        T a[kMaxV];
+        const T cv = V::set1(corr);
+        for (int c = 0; c < nv; ++c) a[c] = V::mul(V::load(acc + r * Dp + c * W), cv);
+        for (j = 0; j < n_seen; ++j) {
+            const T pj = V::set1(p_rows[j]);
+            const float* vj = vb + j * v_stride;
+            for (int c = 0; c < nv; ++c) a[c] = V::fma(pj, V::load(vj + c * W), a[c]);
+        }
+        for (int c = 0; c < nv; ++c) V::store(acc + r * Dp + c * W, a[c]);
+    }
+    return true;
+}

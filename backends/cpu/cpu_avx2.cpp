@@ -41,6 +41,7 @@ namespace {
 
 void install_avx2(OpSet* ops) noexcept {
     ops->attention_block = isa_avx2::attn_block;
+    ops->attention_rows = isa_avx2::attn_rows;
     isa_avx2::install_rwkv7(&ops->rwkv7);
     isa_avx2::install_rwkv6(&ops->rwkv6);
     isa_avx2::install_rwkv4(&ops->rwkv4);

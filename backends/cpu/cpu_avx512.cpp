@@ -46,6 +46,7 @@ namespace {
 
 void install_avx512(OpSet* ops) noexcept {
     ops->attention_block = isa_avx512::attn_block;
+    ops->attention_rows = isa_avx512::attn_rows;
     isa_avx512::install_rwkv7(&ops->rwkv7);
     isa_avx512::install_rwkv6(&ops->rwkv6);
     isa_avx512::install_rwkv4(&ops->rwkv4);

@@ -33,6 +33,7 @@ void make_op_set(Isa isa, OpSet* out) noexcept {
     out->rwkv6 = kRwkv6Op;
     out->rwkv4 = kRwkv4Op;
     out->attention_block = nullptr; /* the scalar step */
+    out->attention_rows = nullptr;
 #if WKV_CPU_X86_SIMD
     if (isa == Isa::kAvx2) install_avx2(out);
     if (isa == Isa::kAvx512) install_avx512(out);
@@ -240,7 +241,7 @@ int32_t cpu_saves_checkpoints(void* state, const wkv_problem* p) {
 
 wkv_status cpu_attention(void* state, const wkv_attention_problem* p, wkv_message* msg) {
     const CpuState* st = static_cast<const CpuState*>(state);
-    return wkv_cpu::attention(*st, st->ops.attention_block, p, msg);
+    return wkv_cpu::attention(*st, st->ops.attention_block, st->ops.attention_rows, p, msg);
 }
 
 int32_t cpu_attention_configs(void*, wkv_attention_config* out, int32_t capacity) {

@@ -33,6 +33,7 @@ namespace {
 
 void install_neon(OpSet* ops) noexcept {
     ops->attention_block = isa_neon::attn_block;
+    ops->attention_rows = isa_neon::attn_rows;
     isa_neon::install_rwkv7(&ops->rwkv7);
     isa_neon::install_rwkv6(&ops->rwkv6);
     isa_neon::install_rwkv4(&ops->rwkv4);

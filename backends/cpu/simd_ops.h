@@ -14,6 +14,7 @@ namespace wkv_cpu {
 struct OpSet {
     OpDesc rwkv7, rwkv6, rwkv4;
     AttnBlockFn attention_block = nullptr; /* NULL: attention.cpp's scalar step */
+    AttnRowsFn attention_rows = nullptr;   /* NULL: attention.cpp's scalar step */
 };
 
 /* The op set of a path (isa_compiled(isa) must hold). */
