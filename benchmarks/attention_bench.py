@@ -7,7 +7,8 @@ same process, on the CPU (or CUDA with --device cuda once the plugin has a kerne
 
 Each case: float32 [B, T, H, D] inputs (torch's in its [B, H, T, D] layout, contiguous),
 libwkv with its default configuration and with every configuration, torch SDPA (its CPU
-flash kernel), alternating, medians of --repeats; TFLOP/s = 4 B H T^2 D (halved when causal).
+flash kernel), alternating, medians of --repeats; TFLOP/s = 4 B H Tq Tk D (halved when causal with Tq = Tk). Decode steps
+(Tq = 1 against a long KV cache) run 8x as many calls.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ import torch
 
 import wkv
 
-CASES = [(1, 32, 1024, 64, False), (1, 32, 1024, 64, True), (1, 32, 1024, 128, True), (4, 32, 1024, 64, True),
-         (1, 32, 4096, 64, True)]
+# B, Hq, Tq, Tk, Hkv, D, causal; the last three are decode steps (one query row against a KV
+# cache), with grouped-query heads (Hkv = 8) and without
+CASES = [(1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 64, True), (1, 32, 1024, 1024, 32, 128, True),
+         (4, 32, 1024, 1024, 32, 64, True), (1, 32, 4096, 4096, 32, 64, True),
+         (1, 32, 1, 4096, 32, 64, False), (1, 32, 1, 4096, 8, 64, False), (1, 32, 1, 16384, 8, 64, False)]
 
 
 def median_ms(fn, repeats):
@@ -48,18 +52,24 @@ def main() -> int:
     torch.manual_seed(0)
     configs = [c["name"] for c in wkv.attention_configs()]
     rows = []
-    for B, H, T, D, causal in CASES:
-        q, k, v = (torch.randn(B, T, H, D) for _ in range(3))
+    for B, H, Tq, Tk, Hkv, D, causal in CASES:
+        q, k, v = torch.randn(B, Tq, H, D), torch.randn(B, Tk, Hkv, D), torch.randn(B, Tk, Hkv, D)
         qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        decode = Tq <= 2
+        reps = args.repeats * (8 if decode else 1)  # short calls: more of them
         per = {}
         with torch.no_grad():
-            t_torch = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
-                                args.repeats)
+            t_torch = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                qt, kt, vt, is_causal=causal, enable_gqa=Hkv != H), reps)
             for name in configs:
-                per[name] = median_ms(lambda: wkv.attention(q, k, v, causal=causal, config=name), args.repeats)
-        flops = 4.0 * B * H * T * T * D * (0.5 if causal else 1.0)
-        default = configs[0]
-        row = {"case": "attention fwd%s" % (" causal" if causal else ""), "shape": "B=%d H=%d T=%d D=%d" % (B, H, T, D),
+                per[name] = median_ms(lambda: wkv.attention(q, k, v, causal=causal, config=name), reps)
+        flops = 4.0 * B * H * Tq * Tk * D * (0.5 if causal and Tq == Tk else 1.0)
+        default = [c["name"] for c in wkv.attention_configs() if c["is_default"]][0]
+        if decode:
+            shape = "B=%d H=%d/%d Tq=%d Tk=%d D=%d" % (B, H, Hkv, Tq, Tk, D)
+        else:
+            shape = "B=%d H=%d T=%d D=%d" % (B, H, Tq, D)
+        row = {"case": "attention %s%s" % ("decode" if decode else "fwd", " causal" if causal else ""), "shape": shape,
                "dtype": "f32", "libwkv_ms": per[default], "config": default, "configs_ms": per,
                "anchor": "torch SDPA (CPU)", "anchor_ms": t_torch, "libwkv_tflops": flops / per[default] / 1e9}
         rows.append(row)
@@ -77,7 +87,7 @@ def main() -> int:
            "anchor": "torch.nn.functional.scaled_dot_product_attention on CPU tensors, same process, alternating",
            "anchor_same_run": True,
            "method": "medians of %d calls after one warm-up; libwkv with its default configuration (%s); the CPU "
-                     "context's 2 threads, torch's %d" % (args.repeats, configs[0], torch.get_num_threads()),
+                     "context's 2 threads, torch's %d" % (args.repeats, default, torch.get_num_threads()),
            "rows": rows}
     if args.out:
         with open(args.out, "w") as f:

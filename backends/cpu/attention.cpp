@@ -13,6 +13,7 @@
  * the item, so results do not depend on the thread count. float32 arithmetic for every dtype. */
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -144,8 +145,11 @@ bool scalar_rows(const float* q, int64_t rows, int64_t Dp, int64_t D, const floa
     return true;
 }
 
-/* A float32 tensor whose D elements are contiguous: its key / value rows can be read in place. */
-bool rows_in_place(const wkv_view& v, int64_t D) { return v.elem == WKV_ELEM_F32 && (v.stride[3] == 1 || D == 1); }
+/* A float32 tensor, 4-byte aligned (the API allows any address), whose D elements are
+ * contiguous: its key / value rows can be read in place as floats. */
+bool rows_in_place(const wkv_view& v, int64_t D) {
+    return v.elem == WKV_ELEM_F32 && (v.stride[3] == 1 || D == 1) && reinterpret_cast<uintptr_t>(v.data) % 4 == 0;
+}
 
 /* Tiles of at most this many rows take the keys as rows (AttnRowsFn). */
 constexpr int64_t kRowsTile = 2;

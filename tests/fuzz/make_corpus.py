@@ -252,6 +252,10 @@ def attention_seeds():
     for al in range(1, 5):
         s[f"alias_{al}"] = att(head={"lse": 1}, tensors={"o": {"alias": al}})
     s["misaligned_k"] = att(tensors={"k": {"mis": 2}})
+    # decode steps (keys read as rows, in place when aligned float32): misaligned, strided, grouped
+    s["decode_misaligned_k"] = att((1, 1, 30, 1, 1, 4), tensors={"k": {"mis": 2}})
+    s["decode_gqa_causal"] = att((2, 1, 70, 2, 4, 32), {"flags": 1, "lse": 1})
+    s["decode_padded_v"] = att((1, 2, 65, 1, 3, 16), tensors={"v": {"layout": 3, "axis": 2}})
     s["twice_3_threads"] = att((3, 17, 17, 1, 2, 24), {"ctx": 2 | 4, "flags": 1, "lse": 1})
     return s
 
