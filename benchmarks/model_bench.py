@@ -180,7 +180,7 @@ def main() -> int:
             ref = load_rwkv(path, "%s fp32" % args.device)
             ours, theirs = alternate(lambda: bench_ours(model, prompt, args.decode, 1, args.device),
                                      lambda: bench_rwkv(ref, prompt, args.decode, 1, args.device), args.repeats)
-            del model, ref
+            model = ref = None  # free them before the next size
         row = {"size": size, "n_layer": n_layer, "n_embd": n_embd, "dtype": "fp32", "prefill_tokens": args.prefill,
                "libwkv_prefill_tok_s": args.prefill / ours[0], "libwkv_decode_tok_s": 1.0 / ours[1],
                "op_share_prefill": ours[2], "op_share_decode": ours[3],
