@@ -135,7 +135,8 @@ bool attn_block(const float* q, int64_t rows, int64_t Dp, int64_t D, const float
 }
 
 /* AttnRowsFn (attention.h): the keys as rows, for tiles of a row or two. Per row: the scores
- * four keys at a time (q in registers, one accumulator per key, then its horizontal sum), the
+ * four keys at a time (q in registers, one accumulator per key, the four horizontal sums in one
+ * transpose-and-add, V::hsum4), the
  * running max, p = vexp(s - m) over the block, acc = acc * corr + sum_j p_j v_j with the row's
  * accumulator in registers. D a multiple of W (no tail; only D floats of a key are read). */
 bool attn_rows(const float* q, int64_t rows, int64_t Dp, int64_t D, const float* kb, int64_t k_stride,
@@ -160,13 +161,14 @@ bool attn_rows(const float* q, int64_t rows, int64_t Dp, int64_t D, const float*
                 s2 = V::fma(qv[c], V::load(k0 + 2 * k_stride + c * W), s2);
                 s3 = V::fma(qv[c], V::load(k0 + 3 * k_stride + c * W), s3);
             }
-            p_rows[j] = attn_hsum(&s0, 1), p_rows[j + 1] = attn_hsum(&s1, 1);
-            p_rows[j + 2] = attn_hsum(&s2, 1), p_rows[j + 3] = attn_hsum(&s3, 1);
+            V::q_storeu(p_rows + j, V::hsum4(s0, s1, s2, s3)); /* the four sums in registers */
         }
         for (; j < n_seen; ++j) {
             T s0 = V::zero();
             for (int c = 0; c < nv; ++c) s0 = V::fma(qv[c], V::load(kb + j * k_stride + c * W), s0);
-            p_rows[j] = attn_hsum(&s0, 1);
+            float four[4];
+            V::q_storeu(four, V::hsum4(s0, V::zero(), V::zero(), V::zero()));
+            p_rows[j] = four[0];
         }
         float mx = m[r];
         for (j = 0; j < n_seen; ++j) mx = p_rows[j] > mx ? p_rows[j] : mx;
