@@ -5,9 +5,9 @@ same process, on the CPU (or CUDA with --device cuda once the plugin has a kerne
     WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src \
         python3 benchmarks/attention_bench.py --out benchmarks/attention-cpu-zen4.json
 
-Each case: float32 [B, T, H, D] inputs (torch's in its [B, H, T, D] layout, contiguous),
-libwkv with its default configuration and with every configuration, torch SDPA (its CPU
-flash kernel), alternating, medians of --repeats; TFLOP/s = 4 B H Tq Tk D (halved when causal with Tq = Tk). Decode steps
+Each case: float32 inputs in one memory for both (torch's contiguous [B, H, T, D] tensors,
+libwkv their [B, T, H, D] strided views), libwkv with its default configuration and with every
+configuration, torch SDPA (its CPU flash kernel), medians of --repeats; TFLOP/s = 4 B H Tq Tk D (halved when causal with Tq = Tk). Decode steps
 (Tq = 1 against a long KV cache) run 8x as many calls.
 """
 
@@ -53,8 +53,10 @@ def main() -> int:
     configs = [c["name"] for c in wkv.attention_configs()]
     rows = []
     for B, H, Tq, Tk, Hkv, D, causal in CASES:
-        q, k, v = torch.randn(B, Tq, H, D), torch.randn(B, Tk, Hkv, D), torch.randn(B, Tk, Hkv, D)
-        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        # the same memory for both: torch's contiguous [B, H, T, D] tensors, libwkv their
+        # [B, T, H, D] views (strides; a KV cache laid out per head, as torch's SDPA wants it)
+        qt, kt, vt = torch.randn(B, H, Tq, D), torch.randn(B, Hkv, Tk, D), torch.randn(B, Hkv, Tk, D)
+        q, k, v = (x.transpose(1, 2) for x in (qt, kt, vt))
         decode = Tq <= 2
         reps = args.repeats * (8 if decode else 1)  # short calls: more of them
         per = {}
