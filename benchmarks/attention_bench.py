@@ -51,6 +51,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.manual_seed(0)
     configs = [c["name"] for c in wkv.attention_configs()]
+    default = [c["name"] for c in wkv.attention_configs() if c["is_default"]][0]
     rows = []
     for B, H, Tq, Tk, Hkv, D, causal in CASES:
         # the same memory for both: torch's contiguous [B, H, T, D] tensors, libwkv their
@@ -66,7 +67,6 @@ def main() -> int:
             for name in configs:
                 per[name] = median_ms(lambda: wkv.attention(q, k, v, causal=causal, config=name), reps)
         flops = 4.0 * B * H * Tq * Tk * D * (0.5 if causal and Tq == Tk else 1.0)
-        default = [c["name"] for c in wkv.attention_configs() if c["is_default"]][0]
         if decode:
             shape = "B=%d H=%d/%d Tq=%d Tk=%d D=%d" % (B, H, Hkv, Tq, Tk, D)
         else:

@@ -94,16 +94,21 @@ static int dtype_to_elem(wkv_dtype d, wkv_elem* e) {
 
 static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
 
-/* An output must not write one element twice: sorted by |stride|, every stride must step over
- * everything the smaller ones reach. */
 /* 1 when a dimension is 0 (attention with Tq or Tk = 0): the tensor has no element, so it
- * overlaps nothing, itself included. */
+ * overlaps nothing, itself included; its span is empty (hi = lo). */
 static int empty_shape(int ndim, const int64_t* shape) {
     for (int d = 0; d < ndim; ++d)
         if (shape[d] == 0) return 1;
     return 0;
 }
 
+/* 1 when the byte ranges [alo, ahi) and [blo, bhi) share a byte (an empty range shares none). */
+static int ranges_overlap(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi) {
+    return alo < ahi && blo < bhi && alo < bhi && blo < ahi;
+}
+
+/* An output must not write one element twice: sorted by |stride|, every stride must step over
+ * everything the smaller ones reach. */
 static int self_overlaps(int ndim, const int64_t* shape, const int64_t* stride) {
     if (empty_shape(ndim, shape)) return 0;
     int order[4];
@@ -454,7 +459,7 @@ static wkv_status check_outputs_alias(const wkv_spans* spans, wkv_message* msg) 
             const wkv_span* x = &spans->span[j];
             if (i == j || (x->output && j < i)) continue; /* each output pair once */
             if (o->buffer != x->buffer) continue;         /* different memory: host vs buffers */
-            if (o->hi <= x->lo || x->hi <= o->lo || o->lo == o->hi || x->lo == x->hi) continue;
+            if (!ranges_overlap(o->lo, o->hi, x->lo, x->hi)) continue;
             /* state_out may be exactly state_in: same memory, same layout */
             const wkv_tensor* a = o->tensor;
             const wkv_tensor* b = x->tensor;
@@ -774,8 +779,7 @@ static wkv_status check_mem_ptr(const mem_arg* a, void* ptr, size_t size, const 
     if (__builtin_add_overflow(lo, (uintptr_t)needed, &hi))
         return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%s + its size wraps the address space", a->name);
     for (int i = 0; i < spans->count; ++i)
-        if (!spans->span[i].buffer && spans->span[i].lo < spans->span[i].hi &&
-            !(hi <= spans->span[i].lo || spans->span[i].hi <= lo))
+        if (!spans->span[i].buffer && ranges_overlap(lo, hi, spans->span[i].lo, spans->span[i].hi))
             return wkv_fail(msg, WKV_ERROR_ALIASING, "%s overlaps %s", a->name,
                             wkv_span_name(&spans->span[i], (char[48]){0}));
     return WKV_OK;

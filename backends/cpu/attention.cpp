@@ -192,10 +192,10 @@ void run_item(const AttnJob& job, int64_t item, float* mem) {
         l[r] = 0.0f;
     }
     std::memset(acc, 0, sizeof(float) * (size_t)(rows * Dp));
-    if (Dp > D)
+    const bool as_rows = tile_rows <= kRowsTile; /* the rows step reads D floats of a row, no padding */
+    if (Dp > D && !as_rows)
         for (int64_t j = 0; j < bc; ++j) std::memset(vb + j * Dp + D, 0, sizeof(float) * (size_t)(Dp - D));
 
-    const bool as_rows = tile_rows <= kRowsTile;
     const bool k_in_place = as_rows && rows_in_place(p.k, D), v_in_place = as_rows && rows_in_place(p.v, D);
     for (int64_t j0 = k0; j0 < kend; j0 += bc) {
         const int64_t nb = std::min(bc, kend - j0);
@@ -323,11 +323,11 @@ wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows,
     job.cfg = cfg;
     job.block = block;
     job.rows = rows;
-    /* A decode-shaped call (every tile of at most kRowsTile rows: one tile per sequence) with
-     * grouped heads: one item per kv head walks its keys once for all of its query heads. */
+    /* A decode-shaped call (every sequence of at most kRowsTile query rows) with grouped heads:
+     * one item per kv head walks its keys once for all of its query heads. */
     const int64_t group = p->Hq / p->Hkv;
     job.heads = 1;
-    if (group > 1 && tiles == p->num_seqs && group * kRowsTile <= cfg->block_q) {
+    if (group > 1 && group * kRowsTile <= cfg->block_q) {
         bool decode = true;
         for (int64_t s = 0; s < p->num_seqs && decode; ++s) {
             int64_t b, q0, q1, k0, k1;

@@ -59,7 +59,7 @@ wkv_status wkv_vk_plan_view(wkv_vk_state* st, const wkv_view* v, const wkv_buffe
         const int64_t stride = ext[d] > 1 ? v->stride[d] : 0;
         const int64_t reach = (ext[d] - 1) * stride; /* no overflow: checked by the core */
         if (reach < 0) lo += reach;
-        else if (reach > 0) hi += reach;
+        else hi += reach;
         if (stride > INT32_MAX || stride < -INT32_MAX)
             return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED, "%s: stride %lld does not fit 32 bits", name,
                                (long long)stride);

@@ -46,6 +46,11 @@ def _op(name: str = "rwkv7"):
 _PP_EMPTY = -1e38  # RWKV-4's pp of the zero state (wkv.h)
 
 
+def _values(name, tokens) -> torch.Tensor:
+    """The per-token v: its shape is the segment's ([B, L, H, N]; RWKV-4 [B, L, C])."""
+    return tokens[-1] if name == "rwkv4" else tokens[3]
+
+
 def _run(name, tokens, shared, state, decay, context):
     """The op on a segment (or a batch of them) from `state` (None: zeros)."""
     if name == "rwkv4":  # w, u first; its decay form is fixed
@@ -57,15 +62,14 @@ def _transition(name, tokens, shared, decay, context):
     """A segment's transition as one tensor: RWKV-7/6 stack([A, B]) [2, B, H, N, N], A from the
     identity with v = 0 and B from zeros; RWKV-4 [B, 4, C]: its zero-start end (aa, bb, pp) and
     L wd."""
-    v = tokens[-1] if name == "rwkv4" else tokens[3]
+    v = _values(name, tokens)
     if name == "rwkv4":
         Bsz, L, C = v.shape
         _, end = _run(name, tokens, shared, None, decay, context)
         ld = (-torch.exp(shared[0].float()) * L).expand(Bsz, 1, C)
         return torch.cat([end, ld], 1)
     Bsz, _, H, N = v.shape
-    zeros = torch.zeros(Bsz, H, N, N, dtype=torch.float32, device=v.device)
-    _, Bst = _run(name, tokens, shared, zeros, decay, context)
+    _, Bst = _run(name, tokens, shared, _zero_state(name, tokens), decay, context)
     no_v = list(tokens)
     no_v[3] = torch.zeros_like(v)
     _, A = _run(name, no_v, shared, _identity(Bsz, H, N, v), decay, context)
@@ -73,14 +77,13 @@ def _transition(name, tokens, shared, decay, context):
 
 
 def _identity_transition(name, tokens) -> torch.Tensor:
-    """The transition of an empty segment (a rank with no tokens): the state passes unchanged."""
-    v = tokens[-1] if name == "rwkv4" else tokens[3]
+    """The transition of an empty segment (a rank with no tokens): the state passes unchanged
+    (RWKV-4: the zero state's end and no decay; RWKV-7/6: A = I, B = 0)."""
+    v, zero = _values(name, tokens), _zero_state(name, tokens)
     if name == "rwkv4":
-        tr = torch.zeros(v.shape[0], 4, v.shape[2], dtype=torch.float32, device=v.device)
-        tr[:, 2] = _PP_EMPTY
-        return tr
+        return torch.cat([zero, torch.zeros_like(zero[:, :1])], 1)
     Bsz, _, H, N = v.shape
-    return torch.stack([_identity(Bsz, H, N, v), torch.zeros(Bsz, H, N, N, dtype=torch.float32, device=v.device)])
+    return torch.stack([_identity(Bsz, H, N, v), zero])
 
 
 def _apply(name, state: torch.Tensor, tr: torch.Tensor) -> torch.Tensor:
@@ -96,7 +99,7 @@ def _apply(name, state: torch.Tensor, tr: torch.Tensor) -> torch.Tensor:
 
 
 def _zero_state(name, tokens) -> torch.Tensor:
-    v = tokens[-1] if name == "rwkv4" else tokens[3]
+    v = _values(name, tokens)
     if name == "rwkv4":
         z = torch.zeros(v.shape[0], 3, v.shape[2], dtype=torch.float32, device=v.device)
         z[:, 2] = _PP_EMPTY
@@ -152,8 +155,7 @@ def _starts(name, state: Optional[torch.Tensor], transitions: Sequence[torch.Ten
 
 
 def _segmented(name, tokens, shared, state, segments, decay, context):
-    v = tokens[-1] if name == "rwkv4" else tokens[3]
-    Bsz, T = v.shape[:2]
+    Bsz, T = _values(name, tokens).shape[:2]
     if Bsz != 1 or segments < 1 or T % segments:
         raise ValueError("%s_segmented: needs B = 1 and T (%d) a multiple of segments (%d)" % (name, T, segments))
     P, L = segments, T // segments
@@ -189,7 +191,7 @@ def _context_parallel(name, tokens, shared, state, group, decay, context):
 
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
-    v = tokens[-1] if name == "rwkv4" else tokens[3]
+    v = _values(name, tokens)
     empty = v.shape[1] == 0  # a rank without tokens passes the state on
     if empty:  # tied to the (empty) inputs, so that this rank's backward reaches the exchange too
         tr = _identity_transition(name, tokens) + 0.0 * sum(t.sum() for t in tokens)
