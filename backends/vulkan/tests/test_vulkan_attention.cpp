@@ -207,3 +207,36 @@ TEST_CASE("vulkan attention: refusals name the argument, nothing written") {
           std::string::npos);
     check_no_validation_message();
 }
+
+TEST_CASE("vulkan attention: a pinned configuration that does not fit, and lavapipe's loop limit, are refused") {
+    int32_t n = 0;
+    REQUIRE(wkv_attention_configs(vk(), nullptr, 0, &n) == WKV_OK);
+    std::vector<wkv_attention_config> cfg((size_t)n);
+    for (auto& c : cfg) c.struct_size = sizeof c;
+    REQUIRE(wkv_attention_configs(vk(), cfg.data(), n, &n) == WKV_OK);
+    HostTensor q(WKV_DTYPE_F32, {1, 4, 2, 8}), k(WKV_DTYPE_F32, {1, 6, 2, 8}), v(WKV_DTYPE_F32, {1, 6, 2, 8}),
+        o(WKV_DTYPE_F32, {1, 4, 2, 8});
+    wkv_attention_desc d{};
+    d.struct_size = sizeof d;
+    d.q = q.view(), d.k = k.view(), d.v = v.view(), d.o = o.view();
+    for (const auto& c : cfg) {  // without subgroup shuffles (ctest wkv_vulkan_tests_no16) q16 does not fit
+        if (c.fits) continue;
+        CAPTURE(c.name);
+        o.poison();
+        d.config = c.name;
+        CHECK(wkv_attention(vk(), &d) == WKV_ERROR_UNSUPPORTED);
+        CHECK(std::string(wkv_last_error(vk())).find("does not fit this vulkan device") != std::string::npos);
+        for (double x : o.read()) CHECK(std::isnan(x));
+    }
+    wkv_device_info dev{};
+    dev.struct_size = sizeof dev;
+    REQUIRE(wkv_device_get_info(WKV_BACKEND_VULKAN, 0, &dev) == WKV_OK);
+    if (std::string(dev.name).find("llvmpipe") == std::string::npos) return;  // the limit is lavapipe's
+    HostTensor kl(WKV_DTYPE_F32, {1, 40000, 2, 8}), vl(WKV_DTYPE_F32, {1, 40000, 2, 8});
+    o.poison();
+    d.config = nullptr, d.k = kl.view(), d.v = vl.view();
+    CHECK(wkv_attention(vk(), &d) == WKV_ERROR_UNSUPPORTED);
+    CHECK(std::string(wkv_last_error(vk())).find("lavapipe stops at 65535") != std::string::npos);
+    for (double x : o.read()) CHECK(std::isnan(x));
+    check_no_validation_message();
+}
