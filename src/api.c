@@ -642,6 +642,24 @@ wkv_status wkv_attention(wkv_context* ctx, const wkv_attention_desc* desc) {
     return st;
 }
 
+wkv_status wkv_attention_backward(wkv_context* ctx, const wkv_attention_backward_desc* desc) {
+    wkv_status st = enter(ctx, "wkv_attention_backward");
+    if (st) return st;
+    wkv_message m;
+    m.text[0] = '\0';
+    wkv_attention_backward_problem p;
+    wkv_status (*run)(void*, const wkv_attention_backward_problem*, wkv_message*) =
+        IFACE_HAS(ctx->iface, attention_backward);
+    st = wkv_validate_attention_backward(&ctx->target, desc, &p, &m);
+    if (!st && !run)
+        st = wkv_fail(&m, WKV_ERROR_UNSUPPORTED, "the %s backend has no attention backward kernel yet (the CPU "
+                      "backend has)", ctx->iface->name);
+    if (!st) st = run(ctx->backend_state, &p, &m);
+    st = finish(ctx, "wkv_attention_backward", st, &m);
+    leave(ctx);
+    return st;
+}
+
 wkv_status wkv_attention_configs(wkv_context* ctx, wkv_attention_config* out, int32_t capacity, int32_t* count) {
     wkv_status st = enter(ctx, "wkv_attention_configs");
     if (st) return st;

@@ -25,7 +25,9 @@ extern "C" {
  * (appended; a v2 plugin reports 0 and is never handed a scratch). */
 /* v4: wkv_backend_iface.attention and attention_configs, wkv_attention_problem (appended; a v3
  * plugin has no attention: the core answers WKV_ERROR_UNSUPPORTED for it). */
-#define WKV_BACKEND_ABI_VERSION 4u
+/* v5: wkv_backend_iface.attention_backward, wkv_attention_backward_problem (appended; a v4
+ * plugin has no attention backward: the core answers WKV_ERROR_UNSUPPORTED for it). */
+#define WKV_BACKEND_ABI_VERSION 5u
 /* The oldest backend ABI this core still accepts from a plugin. */
 #define WKV_BACKEND_ABI_MIN 1u
 
@@ -175,6 +177,14 @@ typedef struct wkv_attention_problem {
     wkv_buffer_ref mem[5]; /* q, k, v, o, lse */
     const char* config; /* a pinned configuration's name, or NULL */
 } wkv_attention_problem;
+
+/* The backward of attention (wkv.h, wkv_attention_backward), validated: fwd is the forward's
+ * problem with o and lse (present) as inputs; dout, dq like q, dk and dv like k. */
+typedef struct wkv_attention_backward_problem {
+    wkv_attention_problem fwd;
+    wkv_view dout, dq, dk, dv;
+    wkv_buffer_ref mem[4]; /* dout, dq, dk, dv */
+} wkv_attention_backward_problem;
 
 /* Batch, query rows [q0, q1) and keys [k0, k1) of sequence s. */
 static inline void wkv_attention_sequence(const wkv_attention_problem* p, int64_t s, int64_t* batch,
@@ -340,13 +350,20 @@ typedef struct wkv_backend_iface {
      * min(capacity, total) entries of out (their struct_size set by the core) and returns the
      * total. */
     int32_t (*attention_configs)(void* state, wkv_attention_config* out, int32_t capacity);
+
+    /* Optional (ABI v5; NULL = none): the backward of attention (wkv.h, wkv_attention_backward)
+     * of a problem the core validated. */
+    wkv_status (*attention_backward)(void* state, const struct wkv_attention_backward_problem* p,
+                                     wkv_message* msg);
 } wkv_backend_iface;
 
-/* The sizes of a v1 iface (without saves_checkpoints), a v2 one (without forward_scratch_size)
- * and a v3 one (without attention), which the core still accepts. */
+/* The sizes of a v1 iface (without saves_checkpoints), a v2 one (without forward_scratch_size),
+ * a v3 one (without attention) and a v4 one (without attention_backward), which the core still
+ * accepts. */
 #define WKV_BACKEND_IFACE_V1_SIZE offsetof(wkv_backend_iface, saves_checkpoints)
 #define WKV_BACKEND_IFACE_V2_SIZE offsetof(wkv_backend_iface, forward_scratch_size)
 #define WKV_BACKEND_IFACE_V3_SIZE offsetof(wkv_backend_iface, attention)
+#define WKV_BACKEND_IFACE_V4_SIZE offsetof(wkv_backend_iface, attention_backward)
 
 /* Requests for wkv_backend_iface.control. Values are part of the backend ABI. */
 enum {

@@ -129,7 +129,8 @@ static const wkv_backend_iface* load_plugin(backend_slot* s) {
         return NULL;
     }
     if (iface->abi_version < WKV_BACKEND_ABI_MIN || iface->abi_version > WKV_BACKEND_ABI_VERSION ||
-        iface->struct_size < (iface->abi_version >= 4   ? sizeof(wkv_backend_iface)
+        iface->struct_size < (iface->abi_version >= 5   ? sizeof(wkv_backend_iface)
+                              : iface->abi_version == 4 ? WKV_BACKEND_IFACE_V4_SIZE
                               : iface->abi_version == 3 ? WKV_BACKEND_IFACE_V3_SIZE
                               : iface->abi_version == 2 ? WKV_BACKEND_IFACE_V2_SIZE
                                                         : WKV_BACKEND_IFACE_V1_SIZE)) {

@@ -70,12 +70,13 @@ static int buffer_is_live(const wkv_target* target, const void* ptr) {
 }
 
 /* Names of the tensors, with storage that outlives the spans. */
-/* The RWKV problems' views in wkv_problem's order, then attention's own (k and v are shared). */
-static const char* const k_names[WKV_PROBLEM_VIEWS + 3] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
+/* The RWKV problems' views in wkv_problem's order, then attention's own (k, v, dk, dv are
+ * shared). */
+static const char* const k_names[WKV_PROBLEM_VIEWS + 5] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
                                       "state_out", "dy", "dstate_out", "dr", "dw", "dk", "dv",
-                                      "da", "db", "du", "dstate_in", "q", "o", "lse"};
+                                      "da", "db", "du", "dstate_in", "q", "o", "lse", "dout", "dq"};
 enum { N_R, N_W, N_K, N_V, N_A, N_B, N_U, N_Y, N_SIN, N_SOUT, N_DY, N_DSOUT, N_DR, N_DW, N_DK,
-       N_DV, N_DA, N_DB, N_DU, N_DSIN, N_Q, N_O, N_LSE, N_NAMES };
+       N_DV, N_DA, N_DB, N_DU, N_DSIN, N_Q, N_O, N_LSE, N_DOUT, N_DQ, N_NAMES };
 
 /* The argument being checked, for a message. */
 static const char* cname(checker* c) {
@@ -857,27 +858,130 @@ wkv_status wkv_validate_scratch_mem(const wkv_target* target, const wkv_spans* s
 
 /* ------------------------------------------------------------------------ attention */
 
-static wkv_status check_attention_offsets(wkv_message* msg, const char* name, const int64_t* off, int64_t n,
-                                          int64_t total, const char* what) {
-    if (!off) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->%s is NULL but desc->num_seqs is %lld", name,
+static wkv_status check_attention_offsets(wkv_message* msg, const char* pre, const char* name, const int64_t* off,
+                                          int64_t n, int64_t total, const char* what) {
+    if (!off) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%s%s is NULL but %snum_seqs is %lld", pre, name, pre,
                               (long long)n);
-    return check_offsets(msg, "desc->", name, off, n, total, what);
+    return check_offsets(msg, pre, name, off, n, total, what);
 }
 
-static wkv_status check_attention_tensor(checker* c, int name, const wkv_tensor* t, int ndim, const int64_t* shape,
-                                         const int8_t* axes, int output, int f32_only, wkv_view* out) {
+static wkv_status check_attention_tensor(checker* c, const char* pre, int name, const wkv_tensor* t, int ndim,
+                                         const int64_t* shape, const int8_t* axes, int output, int f32_only,
+                                         wkv_view* out) {
     tensor_rule rule;
     memset(&rule, 0, sizeof rule);
     rule.ndim = ndim;
     for (int d = 0; d < ndim; ++d) rule.shape[d] = shape[d], rule.view_axis[d] = axes[d];
     rule.output = output;
     rule.state = f32_only;
-    c->prefix = "desc->";
+    c->prefix = pre;
     c->name_idx = name;
     wkv_status st = check_tensor(c, t, &rule, out);
     if (st == WKV_ERROR_DTYPE && f32_only)
-        return wkv_fail(c->msg, WKV_ERROR_DTYPE, "desc->%s must be float32", k_names[name]);
+        return wkv_fail(c->msg, WKV_ERROR_DTYPE, "%s%s must be float32", pre, k_names[name]);
     return st;
+}
+
+static const int8_t k_tok_axes[4] = {AX_B, AX_T, AX_H, AX_N};
+
+/* The forward descriptor d (named pre: "desc->", or "desc->forward->" for a backward, where o
+ * and lse are inputs and lse is required) into p, its tensors' spans added to c's. */
+static wkv_status check_attention_forward(checker* c, const wkv_attention_desc* d, const char* pre, int backward,
+                                          wkv_attention_problem* p) {
+    wkv_message* msg = c->msg;
+    if (d->flags & ~(uint32_t)WKV_ATTENTION_CAUSAL)
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT, "%sflags has unknown bits 0x%x", pre,
+                        (unsigned)(d->flags & ~(uint32_t)WKV_ATTENTION_CAUSAL));
+    if (!(d->scale == d->scale) || d->scale == __builtin_inff() || d->scale == -__builtin_inff())
+        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT, "%sscale is not finite", pre);
+    /* the shapes come from q and k; the other tensors must agree */
+    const wkv_tensor* q = &d->q;
+    const wkv_tensor* k = &d->k;
+    if (!q->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%sq.data is NULL", pre);
+    if (!q->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%sq.shape is NULL", pre);
+    if (q->ndim != 4)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "%sq.ndim is %d, expected 4 ([B, Tq, Hq, D])", pre, (int)q->ndim);
+    if (!k->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%sk.data is NULL", pre);
+    if (!k->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%sk.shape is NULL", pre);
+    if (k->ndim != 4)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "%sk.ndim is %d, expected 4 ([B, Tk, Hkv, D])", pre, (int)k->ndim);
+    const int64_t B = q->shape[0], Tq = q->shape[1], Hq = q->shape[2], D = q->shape[3];
+    const int64_t Tk = k->shape[1], Hkv = k->shape[2];
+    if (B < 1 || Tq < 0 || Hq < 1 || D < 1)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "%sq.shape is [%lld, %lld, %lld, %lld]: B, Hq and D must be >= 1, "
+                        "Tq >= 0", pre, (long long)B, (long long)Tq, (long long)Hq, (long long)D);
+    if (Tk < 0 || Hkv < 1)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "%sk.shape[%d] is %lld: Tk must be >= 0 and Hkv >= 1", pre,
+                        Tk < 0 ? 1 : 2, (long long)(Tk < 0 ? Tk : Hkv));
+    if (Hq % Hkv)
+        return wkv_fail(msg, WKV_ERROR_SHAPE, "%sq has %lld heads, not a multiple of %sk's %lld "
+                        "(grouped-query heads: Hq = g * Hkv)", pre, (long long)Hq, pre, (long long)Hkv);
+    int64_t numel;
+    if (__builtin_mul_overflow(B, Tq > Tk ? Tq : Tk, &numel) || __builtin_mul_overflow(numel, Hq, &numel) ||
+        __builtin_mul_overflow(numel, D, &numel) || numel > INT64_MAX / 4)
+        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "%sq: B*T*H*D bytes overflow int64", pre);
+
+    memset(p, 0, sizeof *p);
+    p->B = B, p->Tq = Tq, p->Tk = Tk, p->Hq = Hq, p->Hkv = Hkv, p->D = D;
+    p->causal = (d->flags & WKV_ATTENTION_CAUSAL) != 0;
+    p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / __builtin_sqrt((double)D));
+    p->config = backward ? NULL : d->config;
+    p->num_seqs = B;
+    wkv_status st;
+    if (d->num_seqs < 0)
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "%snum_seqs is %lld: must be >= 0", pre,
+                        (long long)d->num_seqs);
+    if (d->num_seqs == 0 && (d->q_offsets || d->k_offsets))
+        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "%s%s is set but num_seqs is 0 (set num_seqs to pack "
+                        "sequences)", pre, d->q_offsets ? "q_offsets" : "k_offsets");
+    if (d->num_seqs > 0) {
+        if (B != 1)
+            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
+                            "%sq.shape[0] is %lld: packed sequences need B = 1", pre, (long long)B);
+        if ((st = check_attention_offsets(msg, pre, "q_offsets", d->q_offsets, d->num_seqs, Tq, "Tq"))) return st;
+        if ((st = check_attention_offsets(msg, pre, "k_offsets", d->k_offsets, d->num_seqs, Tk, "Tk"))) return st;
+        p->num_seqs = d->num_seqs;
+        p->q_offsets = d->q_offsets;
+        p->k_offsets = d->k_offsets;
+    }
+
+    static const int8_t lse_axes[3] = {AX_B, AX_H, AX_T};
+    const int64_t q_shape[4] = {B, Tq, Hq, D}, kv_shape[4] = {B, Tk, Hkv, D}, lse_shape[3] = {B, Hq, Tq};
+    const int out = !backward;
+    if ((st = check_attention_tensor(c, pre, N_Q, &d->q, 4, q_shape, k_tok_axes, 0, 0, &p->q))) return st;
+    if ((st = check_attention_tensor(c, pre, N_K, &d->k, 4, kv_shape, k_tok_axes, 0, 0, &p->k))) return st;
+    if ((st = check_attention_tensor(c, pre, N_V, &d->v, 4, kv_shape, k_tok_axes, 0, 0, &p->v))) return st;
+    if ((st = check_attention_tensor(c, pre, N_O, &d->o, 4, q_shape, k_tok_axes, out, 0, &p->o))) return st;
+    if (backward && !d->lse.data)
+        return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%slse.data is NULL: the backward reads the lse its forward "
+                        "wrote (ask the forward for it)", pre);
+    if (d->lse.data &&
+        (st = check_attention_tensor(c, pre, N_LSE, &d->lse, 3, lse_shape, lse_axes, out, 1, &p->lse)))
+        return st;
+    if (p->k.elem != p->q.elem || p->v.elem != p->q.elem || p->o.elem != p->q.elem)
+        return wkv_fail(msg, WKV_ERROR_DTYPE, "%s%s has another dtype than %sq (q, k, v and o share one)", pre,
+                        p->k.elem != p->q.elem ? "k" : p->v.elem != p->q.elem ? "v" : "o", pre);
+    return WKV_OK;
+}
+
+/* The spans' buffer references into the problem's slots. */
+static void attention_mem(const wkv_spans* spans, wkv_attention_problem* p, wkv_buffer_ref* grads) {
+    for (int i = 0; i < spans->count; ++i) {
+        const int role = spans->span[i].role;
+        const wkv_buffer_ref mem = spans->span[i].mem;
+        switch (role) {
+        case N_Q: p->mem[0] = mem; break;
+        case N_K: p->mem[1] = mem; break;
+        case N_V: p->mem[2] = mem; break;
+        case N_O: p->mem[3] = mem; break;
+        case N_LSE: p->mem[4] = mem; break;
+        case N_DOUT: grads[0] = mem; break;
+        case N_DQ: grads[1] = mem; break;
+        case N_DK: grads[2] = mem; break;
+        case N_DV: grads[3] = mem; break;
+        default: break;
+        }
+    }
 }
 
 wkv_status wkv_validate_attention(const wkv_target* target, const wkv_attention_desc* desc_in,
@@ -885,80 +989,41 @@ wkv_status wkv_validate_attention(const wkv_target* target, const wkv_attention_
     if (!desc_in) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc is NULL");
     wkv_status st = wkv_check_struct_size(desc_in, sizeof(wkv_attention_desc), "desc", msg);
     if (st) return st;
-    const wkv_attention_desc* d = desc_in;
-    if (d->flags & ~(uint32_t)WKV_ATTENTION_CAUSAL)
-        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT, "desc->flags has unknown bits 0x%x",
-                        (unsigned)(d->flags & ~(uint32_t)WKV_ATTENTION_CAUSAL));
-    if (!(d->scale == d->scale) || d->scale == __builtin_inff() || d->scale == -__builtin_inff())
-        return wkv_fail(msg, WKV_ERROR_INVALID_ARGUMENT, "desc->scale is not finite");
-    /* the shapes come from q and k; the other tensors must agree */
-    const wkv_tensor* q = &d->q;
-    const wkv_tensor* k = &d->k;
-    if (!q->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->q.data is NULL");
-    if (!q->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->q.shape is NULL");
-    if (q->ndim != 4) return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->q.ndim is %d, expected 4 ([B, Tq, Hq, D])", (int)q->ndim);
-    if (!k->data) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->k.data is NULL");
-    if (!k->shape) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->k.shape is NULL");
-    if (k->ndim != 4) return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->k.ndim is %d, expected 4 ([B, Tk, Hkv, D])", (int)k->ndim);
-    const int64_t B = q->shape[0], Tq = q->shape[1], Hq = q->shape[2], D = q->shape[3];
-    const int64_t Tk = k->shape[1], Hkv = k->shape[2];
-    if (B < 1 || Tq < 0 || Hq < 1 || D < 1)
-        return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->q.shape is [%lld, %lld, %lld, %lld]: B, Hq and D must be >= 1, "
-                        "Tq >= 0", (long long)B, (long long)Tq, (long long)Hq, (long long)D);
-    if (Tk < 0 || Hkv < 1)
-        return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->k.shape[%d] is %lld: Tk must be >= 0 and Hkv >= 1", Tk < 0 ? 1 : 2,
-                        (long long)(Tk < 0 ? Tk : Hkv));
-    if (Hq % Hkv)
-        return wkv_fail(msg, WKV_ERROR_SHAPE, "desc->q has %lld heads, not a multiple of desc->k's %lld "
-                        "(grouped-query heads: Hq = g * Hkv)", (long long)Hq, (long long)Hkv);
-    int64_t numel;
-    if (__builtin_mul_overflow(B, Tq > Tk ? Tq : Tk, &numel) || __builtin_mul_overflow(numel, Hq, &numel) ||
-        __builtin_mul_overflow(numel, D, &numel) || numel > INT64_MAX / 4)
-        return wkv_fail(msg, WKV_ERROR_OVERFLOW, "desc->q: B*T*H*D bytes overflow int64");
-
-    memset(p, 0, sizeof *p);
-    p->B = B, p->Tq = Tq, p->Tk = Tk, p->Hq = Hq, p->Hkv = Hkv, p->D = D;
-    p->causal = (d->flags & WKV_ATTENTION_CAUSAL) != 0;
-    p->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / __builtin_sqrt((double)D));
-    p->config = d->config;
-    p->num_seqs = B;
-    if (d->num_seqs < 0)
-        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->num_seqs is %lld: must be >= 0", (long long)d->num_seqs);
-    if (d->num_seqs == 0 && (d->q_offsets || d->k_offsets))
-        return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS, "desc->%s is set but num_seqs is 0 (set num_seqs to pack "
-                        "sequences)", d->q_offsets ? "q_offsets" : "k_offsets");
-    if (d->num_seqs > 0) {
-        if (B != 1)
-            return wkv_fail(msg, WKV_ERROR_SEQUENCE_OFFSETS,
-                            "desc->q.shape[0] is %lld: packed sequences need B = 1", (long long)B);
-        if ((st = check_attention_offsets(msg, "q_offsets", d->q_offsets, d->num_seqs, Tq, "Tq"))) return st;
-        if ((st = check_attention_offsets(msg, "k_offsets", d->k_offsets, d->num_seqs, Tk, "Tk"))) return st;
-        p->num_seqs = d->num_seqs;
-        p->q_offsets = d->q_offsets;
-        p->k_offsets = d->k_offsets;
-    }
-
     wkv_spans spans;
     spans.count = 0;
     checker c = {target, msg, &spans, NULL, 0, {0}};
-    static const int8_t tok_axes[4] = {AX_B, AX_T, AX_H, AX_N};
-    static const int8_t lse_axes[3] = {AX_B, AX_H, AX_T};
-    const int64_t q_shape[4] = {B, Tq, Hq, D}, kv_shape[4] = {B, Tk, Hkv, D}, lse_shape[3] = {B, Hq, Tq};
-    if ((st = check_attention_tensor(&c, N_Q, &d->q, 4, q_shape, tok_axes, 0, 0, &p->q))) return st;
-    if ((st = check_attention_tensor(&c, N_K, &d->k, 4, kv_shape, tok_axes, 0, 0, &p->k))) return st;
-    if ((st = check_attention_tensor(&c, N_V, &d->v, 4, kv_shape, tok_axes, 0, 0, &p->v))) return st;
-    if ((st = check_attention_tensor(&c, N_O, &d->o, 4, q_shape, tok_axes, 1, 0, &p->o))) return st;
-    if (d->lse.data &&
-        (st = check_attention_tensor(&c, N_LSE, &d->lse, 3, lse_shape, lse_axes, 1, 1, &p->lse)))
-        return st;
-    if (p->k.elem != p->q.elem || p->v.elem != p->q.elem || p->o.elem != p->q.elem)
-        return wkv_fail(msg, WKV_ERROR_DTYPE, "desc->%s has another dtype than desc->q (q, k, v and o share one)",
-                        p->k.elem != p->q.elem ? "k" : p->v.elem != p->q.elem ? "v" : "o");
+    if ((st = check_attention_forward(&c, desc_in, "desc->", 0, p))) return st;
     if ((st = check_outputs_alias(&spans, msg))) return st;
-    for (int i = 0; i < spans.count; ++i) {
-        int role = spans.span[i].role;
-        int slot = role == N_Q ? 0 : role == N_K ? 1 : role == N_V ? 2 : role == N_O ? 3 : 4;
-        p->mem[slot] = spans.span[i].mem;
-    }
+    attention_mem(&spans, p, NULL);
+    return WKV_OK;
+}
+
+wkv_status wkv_validate_attention_backward(const wkv_target* target, const wkv_attention_backward_desc* desc,
+                                           wkv_attention_backward_problem* p, wkv_message* msg) {
+    if (!desc) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc is NULL");
+    wkv_status st = wkv_check_struct_size(desc, sizeof(wkv_attention_backward_desc), "desc", msg);
+    if (st) return st;
+    if (!desc->forward) return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "desc->forward is NULL");
+    if ((st = wkv_check_struct_size(desc->forward, sizeof(wkv_attention_desc), "desc->forward", msg))) return st;
+    memset(p, 0, sizeof *p);
+    wkv_spans spans;
+    spans.count = 0;
+    checker c = {target, msg, &spans, NULL, 0, {0}};
+    wkv_attention_problem* f = &p->fwd;
+    if ((st = check_attention_forward(&c, desc->forward, "desc->forward->", 1, f))) return st;
+    const int64_t q_shape[4] = {f->B, f->Tq, f->Hq, f->D}, kv_shape[4] = {f->B, f->Tk, f->Hkv, f->D};
+    if ((st = check_attention_tensor(&c, "desc->", N_DOUT, &desc->dout, 4, q_shape, k_tok_axes, 0, 0, &p->dout)))
+        return st;
+    if ((st = check_attention_tensor(&c, "desc->", N_DQ, &desc->dq, 4, q_shape, k_tok_axes, 1, 0, &p->dq))) return st;
+    if ((st = check_attention_tensor(&c, "desc->", N_DK, &desc->dk, 4, kv_shape, k_tok_axes, 1, 0, &p->dk))) return st;
+    if ((st = check_attention_tensor(&c, "desc->", N_DV, &desc->dv, 4, kv_shape, k_tok_axes, 1, 0, &p->dv))) return st;
+    const wkv_view* grads[4] = {&p->dout, &p->dq, &p->dk, &p->dv};
+    static const char* const grad_names[4] = {"dout", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; ++i)
+        if (grads[i]->elem != f->q.elem)
+            return wkv_fail(msg, WKV_ERROR_DTYPE, "desc->%s has another dtype than desc->forward->q (the gradients "
+                            "share the forward's dtype)", grad_names[i]);
+    if ((st = check_outputs_alias(&spans, msg))) return st;
+    attention_mem(&spans, f, p->mem);
     return WKV_OK;
 }

@@ -66,6 +66,9 @@ wkv_status wkv_validate_workspace(const wkv_backward_desc* desc, const wkv_spans
 /* Softmax attention (wkv.h): checks the descriptor, fills p (p->config is the caller's string). */
 wkv_status wkv_validate_attention(const wkv_target* target, const wkv_attention_desc* desc,
                                   wkv_attention_problem* p, wkv_message* msg);
+/* The backward of attention (wkv.h): checks the descriptor and its forward, fills p. */
+wkv_status wkv_validate_attention_backward(const wkv_target* target, const wkv_attention_backward_desc* desc,
+                                           wkv_attention_backward_problem* p, wkv_message* msg);
 
 /* ---- device buffers ----
  * The kind of p->workspace's memory, unchecked, into p->workspace_mem: a wkv_buffer of

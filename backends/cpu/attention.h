@@ -25,12 +25,38 @@ using AttnRowsFn = bool (*)(const float* q, int64_t rows, int64_t Dp, int64_t D,
                             const float* vb, int64_t v_stride, int64_t nb, const int64_t* seen, float* p_rows,
                             float* acc, float* m, float* l);
 
+/* The backward's steps (attention_backward.cpp) for a group of query rows against one key block
+ * of bc keys. Rows of q (scaled), dout, dk, dv, dq and krows are Dp floats (zeros past D); kt and
+ * vt are the block's keys and values transposed, D rows of kt_stride floats of which bc are
+ * readable (zeros past the block's keys); p and ds are [rows][bc]. Each returns false where it has
+ * no kernel for bc (the caller runs the scalar step).
+ *   probs: p[r][j] = exp(q_r . k_j - lse[r]) and ds[r][j] = p[r][j] (dout_r . v_j - delta[r]) for
+ *          j < seen[r], 0 for the other j < bc (rows with lse = -inf: seen[r] is 0).
+ *   kv:    dk[j] += sum_r ds[r][j] q_r, dv[j] += sum_r p[r][j] dout_r for j < nb.
+ *   q:     dq[r] += sum_{j < nb} ds[r][j] krows[j]. */
+using AttnBwdProbsFn = bool (*)(const float* q, const float* dout, int64_t rows, int64_t Dp, int64_t D,
+                                const float* kt, const float* vt, int64_t kt_stride, int64_t bc, const float* lse,
+                                const float* delta, const int64_t* seen, float* p, float* ds);
+using AttnBwdKvFn = bool (*)(const float* q, const float* dout, int64_t rows, int64_t Dp, const float* p,
+                             const float* ds, int64_t nb, int64_t bc, float* dk, float* dv);
+using AttnBwdQFn = bool (*)(const float* ds, int64_t rows, int64_t Dp, const float* krows, int64_t nb, int64_t bc,
+                            float* dq);
+struct AttnBwdFns {
+    AttnBwdProbsFn probs = nullptr; /* NULL: the scalar steps */
+    AttnBwdKvFn kv = nullptr;
+    AttnBwdQFn q = nullptr;
+};
+
 /* wkv_backend_iface.attention_configs: fills min(capacity, total) entries, returns the total. */
 int32_t attention_configs(wkv_attention_config* out, int32_t capacity) noexcept;
 /* wkv_backend_iface.attention for a validated problem; `block` and `rows` are the path's vector
  * steps (NULL: the scalar ones). */
 wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows, const wkv_attention_problem* p,
                      wkv_message* msg) noexcept;
+
+/* wkv_backend_iface.attention_backward for a validated problem, with the path's vector steps. */
+wkv_status attention_backward(const BackendState& st, const AttnBwdFns& fns, const wkv_attention_backward_problem* p,
+                              wkv_message* msg) noexcept;
 
 } // namespace wkv_cpu
 

@@ -34,6 +34,7 @@ void make_op_set(Isa isa, OpSet* out) noexcept {
     out->rwkv4 = kRwkv4Op;
     out->attention_block = nullptr; /* the scalar step */
     out->attention_rows = nullptr;
+    out->attention_backward = wkv_cpu::AttnBwdFns();
 #if WKV_CPU_X86_SIMD
     if (isa == Isa::kAvx2) install_avx2(out);
     if (isa == Isa::kAvx512) install_avx512(out);
@@ -244,6 +245,11 @@ wkv_status cpu_attention(void* state, const wkv_attention_problem* p, wkv_messag
     return wkv_cpu::attention(*st, st->ops.attention_block, st->ops.attention_rows, p, msg);
 }
 
+wkv_status cpu_attention_backward(void* state, const wkv_attention_backward_problem* p, wkv_message* msg) {
+    const CpuState* st = static_cast<const CpuState*>(state);
+    return wkv_cpu::attention_backward(*st, st->ops.attention_backward, p, msg);
+}
+
 int32_t cpu_attention_configs(void*, wkv_attention_config* out, int32_t capacity) {
     return wkv_cpu::attention_configs(out, capacity);
 }
@@ -271,6 +277,7 @@ const wkv_backend_iface kCpuIface = {
     nullptr, /* forward_scratch_size: the CPU forward needs no scratch */
     cpu_attention,
     cpu_attention_configs,
+    cpu_attention_backward,
 };
 
 } // namespace

@@ -499,6 +499,26 @@ typedef struct wkv_attention_desc {
 
 WKV_API wkv_status wkv_attention(wkv_context* ctx, const wkv_attention_desc* desc);
 
+/* The backward of a wkv_attention call: given dout = dL/do, the gradients dq, dk, dv.
+ *     p_j = exp(s_j - lse_i)    delta_i = dout_i . o_i    ds_j = p_j (dout_i . v_j - delta_i)
+ *     dq_i = scale sum_j ds_j k_j     dk_j += scale ds_j q_i     dv_j += p_j dout_i
+ * (sums over the rows and keys the mask pairs; a kv head sums over its Hq / Hkv query heads).
+ * It reads the forward descriptor's q, k, v, flags, scale and packing, and its o and lse as that
+ * forward call wrote them (so the forward must have asked for lse); forward->config is not read
+ * (the backward has its own tiles). dout, dq, dk, dv share q's dtype; computed in float32; no
+ * workspace; the result does not depend on the thread count (no atomics). A key no row sees
+ * gets dk = dv = 0; a row that sees no key gets dq = 0. Backends: CPU; the others answer
+ * WKV_ERROR_UNSUPPORTED. */
+typedef struct wkv_attention_backward_desc {
+    size_t struct_size;                 /* sizeof(wkv_attention_backward_desc) */
+    const wkv_attention_desc* forward;  /* the forward call (its o and lse are inputs here) */
+    wkv_tensor dout;                    /* [B, Tq, Hq, D] */
+    wkv_tensor dq;                      /* output, [B, Tq, Hq, D] */
+    wkv_tensor dk, dv;                  /* outputs, [B, Tk, Hkv, D] */
+} wkv_attention_backward_desc;
+
+WKV_API wkv_status wkv_attention_backward(wkv_context* ctx, const wkv_attention_backward_desc* desc);
+
 /* A kernel configuration a backend has instantiated. Fields that do not apply are 0. */
 typedef struct wkv_attention_config {
     size_t struct_size;  /* set by the caller (the array's element size) */

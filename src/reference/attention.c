@@ -1,8 +1,19 @@
 /* Softmax attention in float64: the definition the backends are checked against. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "wkv_reference.h"
+
+/* The keys [k0, *last] row t of sequence s sees (*last < k0: none). */
+static void row_keys(const wkv_ref_attention* in, int64_t s, int64_t t, int64_t* b, int64_t* k0, int64_t* last) {
+    const int64_t q0 = in->num_seqs > 0 ? in->q_offsets[s] : 0, q1 = in->num_seqs > 0 ? in->q_offsets[s + 1] : in->Tq;
+    const int64_t k1 = in->num_seqs > 0 ? in->k_offsets[s + 1] : in->Tk;
+    *b = in->num_seqs > 0 ? 0 : s;
+    *k0 = in->num_seqs > 0 ? in->k_offsets[s] : 0;
+    *last = k1 - 1;
+    if (in->causal && *k0 + (t - q0) + ((k1 - *k0) - (q1 - q0)) < *last) *last = *k0 + (t - q0) + ((k1 - *k0) - (q1 - q0));
+}
 
 void wkv_ref_attention_forward(const wkv_ref_attention* in, double* o, double* lse) {
     const int64_t Hq = in->Hq, Hkv = in->Hkv, D = in->D, group = Hq / Hkv;
@@ -49,4 +60,54 @@ void wkv_ref_attention_forward(const wkv_ref_attention* in, double* o, double* l
             }
         }
     }
+}
+
+void wkv_ref_attention_backward(const wkv_ref_attention* in, const double* dout, double* dq, double* dk,
+                                double* dv) {
+    const int64_t Hq = in->Hq, Hkv = in->Hkv, D = in->D, group = Hq / Hkv;
+    const int64_t seqs = in->num_seqs > 0 ? in->num_seqs : in->B;
+    memset(dq, 0, sizeof *dq * (size_t)(in->B * in->Tq * Hq * D));
+    memset(dk, 0, sizeof *dk * (size_t)(in->B * in->Tk * Hkv * D));
+    memset(dv, 0, sizeof *dv * (size_t)(in->B * in->Tk * Hkv * D));
+    double* p = (double*)malloc(sizeof(double) * (size_t)(in->Tk > 0 ? in->Tk : 1));
+    double* dp = (double*)malloc(sizeof(double) * (size_t)(in->Tk > 0 ? in->Tk : 1));
+    if (!p || !dp) abort(); /* the reference runs in tests only */
+    for (int64_t s = 0; s < seqs; ++s) {
+        const int64_t q0 = in->num_seqs > 0 ? in->q_offsets[s] : 0, q1 = in->num_seqs > 0 ? in->q_offsets[s + 1] : in->Tq;
+        for (int64_t h = 0; h < Hq; ++h) {
+            const int64_t g = h / group;
+            for (int64_t t = q0; t < q1; ++t) {
+                int64_t b, k0, last;
+                row_keys(in, s, t, &b, &k0, &last);
+                if (last < k0) continue;
+                const double* q = in->q + ((b * in->Tq + t) * Hq + h) * D;
+                const double* go = dout + ((b * in->Tq + t) * Hq + h) * D;
+                double m = -INFINITY, sum = 0, delta = 0;
+                for (int64_t j = k0; j <= last; ++j) {
+                    const double* kj = in->k + ((b * in->Tk + j) * Hkv + g) * D;
+                    const double* vj = in->v + ((b * in->Tk + j) * Hkv + g) * D;
+                    double dot = 0, dv_dot = 0;
+                    for (int64_t d = 0; d < D; ++d) dot += q[d] * kj[d], dv_dot += go[d] * vj[d];
+                    p[j - k0] = in->scale * dot, dp[j - k0] = dv_dot;
+                    if (p[j - k0] > m) m = p[j - k0];
+                }
+                for (int64_t j = 0; j <= last - k0; ++j) sum += p[j] = exp(p[j] - m);
+                for (int64_t j = 0; j <= last - k0; ++j) p[j] /= sum, delta += p[j] * dp[j];
+                double* gq = dq + ((b * in->Tq + t) * Hq + h) * D;
+                for (int64_t j = k0; j <= last; ++j) {
+                    const double pj = p[j - k0], ds = pj * (dp[j - k0] - delta);
+                    const double* kj = in->k + ((b * in->Tk + j) * Hkv + g) * D;
+                    double* gk = dk + ((b * in->Tk + j) * Hkv + g) * D;
+                    double* gv = dv + ((b * in->Tk + j) * Hkv + g) * D;
+                    for (int64_t d = 0; d < D; ++d) {
+                        gq[d] += in->scale * ds * kj[d];
+                        gk[d] += in->scale * ds * q[d];
+                        gv[d] += pj * go[d];
+                    }
+                }
+            }
+        }
+    }
+    free(p);
+    free(dp);
 }

@@ -1,0 +1,328 @@
+/* The backward of softmax attention on the CPU (wkv.h, wkv_attention_backward), in the flash
+ * form: P is recomputed from the forward's lse one key block at a time, never stored whole.
+ *
+ * Three passes, none of which accumulates into memory another item writes (no atomics, results
+ * independent of the thread count):
+ *   0. delta = rowsum(dout * o) per (batch, query head, row).
+ *   1. dk, dv: an item is (sequence, kv head, block of Bc keys). It packs its keys and values
+ *      transposed once, then walks every query row (of each of the kv head's query heads) that
+ *      sees one of its keys, Br rows at a time: P and dS of the rows against the block, then
+ *      dk += dS^T q, dv += P^T dout, and stores its Bc rows of dk and dv.
+ *   2. dq: an item is (sequence, query head, tile of Br rows), as in the forward. It walks the
+ *      key blocks its rows see: P and dS again, then dq += dS k; dq *= scale at the end.
+ * P and dS are computed twice (passes 1 and 2): 7 products of rows x keys x D against the 5 of a
+ * single pass that adds dq from every key block into shared memory; the price of determinism
+ * without a workspace (measured: backends/cpu/DESIGN.md).
+ *
+ * float32 arithmetic for every dtype; q is scaled when loaded, so dk needs no scale and dq one at
+ * the end. A row whose lse is -inf (it saw no key) adds nothing; a key no row sees gets zeros. */
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "attention.h"
+#include "tensor_access.h"
+
+namespace wkv_cpu {
+namespace {
+
+constexpr int64_t kBr = 64;         /* query rows per group */
+constexpr int64_t kBc = 64;         /* keys per block */
+constexpr int64_t kMaxHeadDim = 256; /* as the forward */
+constexpr int64_t kDeltaRows = 256; /* rows per item of pass 0 */
+
+int64_t padded_dim(int64_t D) { return (D + 15) / 16 * 16; }
+
+/* Floats of one chunk's scratch at head dim D (both passes' layouts fit in it). */
+int64_t chunk_floats(int64_t D) {
+    const int64_t Dp = padded_dim(D);
+    return 2 * D * kBc /* kt, vt */ + 2 * kBc * Dp /* dk, dv (pass 1) or k rows (pass 2) */ +
+           3 * kBr * Dp /* q, dout, dq */ + 2 * kBr /* lse, delta */ + 2 * kBr /* seen: int64 */ +
+           2 * kBr * kBc /* p, ds */ + Dp /* a row in transit */;
+}
+
+/* ---- the scalar steps (attention.h's contracts) */
+
+bool scalar_probs(const float* q, const float* dout, int64_t rows, int64_t Dp, int64_t D, const float* kt,
+                  const float* vt, int64_t kt_stride, int64_t bc, const float* lse, const float* delta,
+                  const int64_t* seen, float* p, float* ds) {
+    for (int64_t r = 0; r < rows; ++r) {
+        float* pr = p + r * bc;
+        float* dr = ds + r * bc;
+        for (int64_t j = 0; j < bc; ++j) pr[j] = dr[j] = 0.0f;
+        const int64_t n = std::min(bc, seen[r]);
+        if (n <= 0) continue;
+        const float* qr = q + r * Dp;
+        const float* gr = dout + r * Dp;
+        for (int64_t d = 0; d < D; ++d) {
+            const float qd = qr[d], gd = gr[d];
+            const float* kd = kt + d * kt_stride;
+            const float* vd = vt + d * kt_stride;
+            for (int64_t j = 0; j < n; ++j) pr[j] += qd * kd[j], dr[j] += gd * vd[j];
+        }
+        for (int64_t j = 0; j < n; ++j) {
+            pr[j] = std::exp(pr[j] - lse[r]);
+            dr[j] = pr[j] * (dr[j] - delta[r]);
+        }
+    }
+    return true;
+}
+
+bool scalar_kv(const float* q, const float* dout, int64_t rows, int64_t Dp, const float* p, const float* ds,
+               int64_t nb, int64_t bc, float* dk, float* dv) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < nb; ++j) {
+            const float pj = p[r * bc + j], sj = ds[r * bc + j];
+            if (pj == 0.0f && sj == 0.0f) continue;
+            float* dkj = dk + j * Dp;
+            float* dvj = dv + j * Dp;
+            for (int64_t d = 0; d < Dp; ++d) dkj[d] += sj * q[r * Dp + d], dvj[d] += pj * dout[r * Dp + d];
+        }
+    return true;
+}
+
+bool scalar_q(const float* ds, int64_t rows, int64_t Dp, const float* krows, int64_t nb, int64_t bc, float* dq) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < nb; ++j) {
+            const float sj = ds[r * bc + j];
+            for (int64_t d = 0; d < Dp; ++d) dq[r * Dp + d] += sj * krows[j * Dp + d];
+        }
+    return true;
+}
+
+/* ---- the passes */
+
+struct BwdJob {
+    const wkv_attention_backward_problem* p;
+    AttnBwdFns fns;
+    float* delta; /* [B][Hq][Tq] */
+    const int64_t* q_tiles_before; /* [num_seqs + 1]: pass 2's query tiles before sequence s */
+    const int64_t* k_blocks_before; /* [num_seqs + 1]: pass 1's key blocks before sequence s */
+    int64_t items, chunks;
+    float* scratch; /* chunk c at scratch + c * floats */
+    int64_t floats;
+};
+
+struct Scratch {
+    float *kt, *vt, *kbuf, *q, *dout, *dq, *lse, *delta, *p, *ds, *row;
+    int64_t* seen;
+    explicit Scratch(float* m, int64_t D) {
+        const int64_t Dp = padded_dim(D);
+        kt = m, vt = kt + D * kBc, kbuf = vt + D * kBc;
+        q = kbuf + 2 * kBc * Dp, dout = q + kBr * Dp, dq = dout + kBr * Dp;
+        lse = dq + kBr * Dp, delta = lse + kBr;
+        seen = reinterpret_cast<int64_t*>(delta + kBr); /* 8-byte aligned: every offset above is even */
+        p = reinterpret_cast<float*>(seen + kBr), ds = p + kBr * kBc, row = ds + kBr * kBc;
+    }
+};
+
+/* The keys and values [j0, j0 + nb) of kv head g, transposed into kt, vt (columns past nb zero),
+ * and the keys as rows into krows when it is not NULL. */
+void pack_block(const wkv_attention_problem& f, int64_t b, int64_t g, int64_t j0, int64_t nb, Scratch& s,
+                float* krows) {
+    const int64_t D = f.D, Dp = padded_dim(D);
+    for (int64_t j = 0; j < kBc; ++j) {
+        if (j >= nb) {
+            for (int64_t d = 0; d < D; ++d) s.kt[d * kBc + j] = s.vt[d * kBc + j] = 0.0f;
+            continue;
+        }
+        load_row(f.k, view_offset(f.k, b, j0 + j, g), D, s.row);
+        for (int64_t d = 0; d < D; ++d) s.kt[d * kBc + j] = s.row[d];
+        if (krows) {
+            std::memcpy(krows + j * Dp, s.row, sizeof(float) * (size_t)D);
+            std::memset(krows + j * Dp + D, 0, sizeof(float) * (size_t)(Dp - D));
+        }
+        load_row(f.v, view_offset(f.v, b, j0 + j, g), D, s.row);
+        for (int64_t d = 0; d < D; ++d) s.vt[d * kBc + j] = s.row[d];
+    }
+}
+
+/* Query row t of head h into slot r: q scaled, dout, lse and delta (zeros past D). */
+void load_query(const BwdJob& job, int64_t b, int64_t t, int64_t h, int64_t r, Scratch& s) {
+    const wkv_attention_problem& f = job.p->fwd;
+    const int64_t D = f.D, Dp = padded_dim(D);
+    float* q = s.q + r * Dp;
+    float* g = s.dout + r * Dp;
+    load_row(f.q, view_offset(f.q, b, t, h), D, q);
+    for (int64_t d = 0; d < D; ++d) q[d] *= f.scale;
+    load_row(job.p->dout, view_offset(job.p->dout, b, t, h), D, g);
+    for (int64_t d = D; d < Dp; ++d) q[d] = g[d] = 0.0f;
+    std::memcpy(&s.lse[r], f.lse.data + 4 * view_offset(f.lse, b, t, h), 4);
+    s.delta[r] = job.delta[(b * f.Hq + h) * f.Tq + t];
+}
+
+/* The keys of row t that the block [j0, j0 + nb) holds, counted from j0 (<= 0: none). */
+int64_t seen_in_block(const wkv_attention_problem& f, int64_t t, int64_t q0, int64_t q1, int64_t k0, int64_t k1,
+                      int64_t j0, int64_t nb, float lse) {
+    if (lse == -std::numeric_limits<float>::infinity()) return 0;
+    const int64_t last = f.causal ? std::min(k1 - 1, k0 + (t - q0) + ((k1 - k0) - (q1 - q0))) : k1 - 1;
+    return std::min(nb, last - j0 + 1);
+}
+
+void probs(const BwdJob& job, int64_t rows, int64_t D, Scratch& s) {
+    const int64_t Dp = padded_dim(D);
+    if (!job.fns.probs ||
+        !job.fns.probs(s.q, s.dout, rows, Dp, D, s.kt, s.vt, kBc, kBc, s.lse, s.delta, s.seen, s.p, s.ds))
+        scalar_probs(s.q, s.dout, rows, Dp, D, s.kt, s.vt, kBc, kBc, s.lse, s.delta, s.seen, s.p, s.ds);
+}
+
+void delta_chunk(void* data, int64_t begin, int64_t end) {
+    const BwdJob& job = *static_cast<const BwdJob*>(data);
+    const wkv_attention_problem& f = job.p->fwd;
+    const int64_t rows = f.B * f.Tq * f.Hq, D = f.D;
+    float o[kMaxHeadDim], g[kMaxHeadDim];
+    for (int64_t i = begin; i < end; ++i)
+        for (int64_t x = i * kDeltaRows; x < std::min(rows, (i + 1) * kDeltaRows); ++x) {
+            const int64_t h = x % f.Hq, t = (x / f.Hq) % f.Tq, b = x / (f.Hq * f.Tq);
+            load_row(f.o, view_offset(f.o, b, t, h), D, o);
+            load_row(job.p->dout, view_offset(job.p->dout, b, t, h), D, g);
+            float sum = 0.0f;
+            for (int64_t d = 0; d < D; ++d) sum += o[d] * g[d];
+            job.delta[(b * f.Hq + h) * f.Tq + t] = sum;
+        }
+}
+
+/* Pass 1: item = (key block over all sequences) * Hkv + kv head. */
+void kv_item(const BwdJob& job, int64_t item, Scratch& s) {
+    const wkv_attention_problem& f = job.p->fwd;
+    const int64_t D = f.D, Dp = padded_dim(D), g = item % f.Hkv, blk = item / f.Hkv, group = f.Hq / f.Hkv;
+    const int64_t sq = std::upper_bound(job.k_blocks_before, job.k_blocks_before + f.num_seqs + 1, blk) -
+                       job.k_blocks_before - 1;
+    int64_t b, q0, q1, k0, k1;
+    wkv_attention_sequence(&f, sq, &b, &q0, &q1, &k0, &k1);
+    const int64_t j0 = k0 + (blk - job.k_blocks_before[sq]) * kBc, nb = std::min(kBc, k1 - j0);
+    pack_block(f, b, g, j0, nb, s, nullptr);
+    float* dk = s.kbuf;
+    float* dv = s.kbuf + kBc * Dp;
+    std::memset(dk, 0, sizeof(float) * (size_t)(2 * kBc * Dp));
+    /* the first row that sees key j0: causal rows see keys up to k0 + (t - q0) + shift */
+    int64_t t0 = q0;
+    if (f.causal) t0 = std::max(q0, q0 + (j0 - k0) - ((k1 - k0) - (q1 - q0)));
+    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+        for (int64_t r0 = t0; r0 < q1; r0 += kBr) {
+            const int64_t rows = std::min(kBr, q1 - r0);
+            for (int64_t r = 0; r < rows; ++r) {
+                load_query(job, b, r0 + r, h, r, s);
+                s.seen[r] = seen_in_block(f, r0 + r, q0, q1, k0, k1, j0, nb, s.lse[r]);
+            }
+            probs(job, rows, D, s);
+            if (!job.fns.kv || !job.fns.kv(s.q, s.dout, rows, Dp, s.p, s.ds, nb, kBc, dk, dv))
+                scalar_kv(s.q, s.dout, rows, Dp, s.p, s.ds, nb, kBc, dk, dv);
+        }
+    for (int64_t j = 0; j < nb; ++j) {
+        store_row(job.p->dk, view_offset(job.p->dk, b, j0 + j, g), D, dk + j * Dp);
+        store_row(job.p->dv, view_offset(job.p->dv, b, j0 + j, g), D, dv + j * Dp);
+    }
+}
+
+/* Pass 2: item = (query tile over all sequences) * Hq + head. */
+void q_item(const BwdJob& job, int64_t item, Scratch& s) {
+    const wkv_attention_problem& f = job.p->fwd;
+    const int64_t D = f.D, Dp = padded_dim(D), h = item % f.Hq, tile = item / f.Hq, g = h / (f.Hq / f.Hkv);
+    const int64_t sq = std::upper_bound(job.q_tiles_before, job.q_tiles_before + f.num_seqs + 1, tile) -
+                       job.q_tiles_before - 1;
+    int64_t b, q0, q1, k0, k1;
+    wkv_attention_sequence(&f, sq, &b, &q0, &q1, &k0, &k1);
+    const int64_t r0 = q0 + (tile - job.q_tiles_before[sq]) * kBr, rows = std::min(kBr, q1 - r0);
+    for (int64_t r = 0; r < rows; ++r) load_query(job, b, r0 + r, h, r, s);
+    std::memset(s.dq, 0, sizeof(float) * (size_t)(rows * Dp));
+    const int64_t shift = (k1 - k0) - (q1 - q0);
+    const int64_t kend = f.causal ? std::min(k1, k0 + (r0 + rows - 1 - q0) + shift + 1) : k1;
+    for (int64_t j0 = k0; j0 < kend; j0 += kBc) {
+        const int64_t nb = std::min(kBc, kend - j0);
+        pack_block(f, b, g, j0, nb, s, s.kbuf);
+        for (int64_t r = 0; r < rows; ++r) s.seen[r] = seen_in_block(f, r0 + r, q0, q1, k0, k1, j0, nb, s.lse[r]);
+        probs(job, rows, D, s);
+        if (!job.fns.q || !job.fns.q(s.ds, rows, Dp, s.kbuf, nb, kBc, s.dq))
+            scalar_q(s.ds, rows, Dp, s.kbuf, nb, kBc, s.dq);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        float* dq = s.dq + r * Dp;
+        for (int64_t d = 0; d < D; ++d) dq[d] *= f.scale;
+        store_row(job.p->dq, view_offset(job.p->dq, b, r0 + r, h), D, dq);
+    }
+}
+
+template <void (*Item)(const BwdJob&, int64_t, Scratch&)>
+void item_chunk(void* data, int64_t begin, int64_t end) {
+    const BwdJob& job = *static_cast<const BwdJob*>(data);
+    for (int64_t c = begin; c < end; ++c) {
+        int64_t i0, i1;
+        chunk_items(job.items, job.chunks, c, &i0, &i1);
+        Scratch s(job.scratch + c * job.floats, job.p->fwd.D);
+        for (int64_t i = i0; i < i1; ++i) Item(job, i, s);
+    }
+}
+
+void run_pass(const BackendState& st, BwdJob& job, int64_t items, void (*chunk)(void*, int64_t, int64_t),
+              int64_t max_chunks) {
+    job.items = items;
+    job.chunks = std::min(chunk_count(&st, items), max_chunks);
+    if (items == 0) return;
+    if (st.args.own_pool && job.chunks <= 1)
+        chunk(&job, 0, job.chunks);
+    else
+        st.args.parallel_for(st.args.parallel_for_user_data, job.chunks, chunk, &job);
+}
+
+} // namespace
+
+wkv_status attention_backward(const BackendState& st, const AttnBwdFns& fns, const wkv_attention_backward_problem* p,
+                              wkv_message* msg) noexcept {
+    const wkv_attention_problem& f = p->fwd;
+    if (f.D > kMaxHeadDim) {
+        set_message(msg, "attention head dim D = %lld: this backend takes D <= %lld", (long long)f.D,
+                    (long long)kMaxHeadDim);
+        return WKV_ERROR_UNSUPPORTED;
+    }
+    CheckedSize cs;
+    int64_t q_tiles = 0, k_blocks = 0;
+    for (int64_t sq = 0; sq < f.num_seqs; ++sq) {
+        int64_t b, q0, q1, k0, k1;
+        wkv_attention_sequence(&f, sq, &b, &q0, &q1, &k0, &k1);
+        q_tiles += (q1 - q0 + kBr - 1) / kBr;
+        k_blocks += (k1 - k0 + kBc - 1) / kBc;
+    }
+    const uint64_t prefix_bytes = cs.align_up(cs.mul(2 * ((uint64_t)f.num_seqs + 1), sizeof(int64_t)), 64);
+    const uint64_t delta_bytes = cs.align_up(cs.mul(cs.mul(cs.mul((uint64_t)f.B, (uint64_t)f.Hq), (uint64_t)f.Tq), 4), 64);
+    const int64_t floats = chunk_floats(f.D);
+    const int64_t max_chunks = chunk_count(&st, std::max<int64_t>({q_tiles * f.Hq, k_blocks * f.Hkv, 1}));
+    const uint64_t total = cs.add(cs.add(prefix_bytes, delta_bytes), cs.mul(cs.mul((uint64_t)max_chunks, (uint64_t)floats), 4));
+    char* mem = cs.overflow ? nullptr : static_cast<char*>(st.scratch((size_t)total));
+    if (!mem) {
+        set_message(msg, "out of memory for %llu bytes of attention backward scratch", (unsigned long long)total);
+        return WKV_ERROR_OUT_OF_MEMORY;
+    }
+    int64_t* q_before = reinterpret_cast<int64_t*>(mem);
+    int64_t* k_before = q_before + f.num_seqs + 1;
+    q_before[0] = k_before[0] = 0;
+    for (int64_t sq = 0; sq < f.num_seqs; ++sq) {
+        int64_t b, q0, q1, k0, k1;
+        wkv_attention_sequence(&f, sq, &b, &q0, &q1, &k0, &k1);
+        q_before[sq + 1] = q_before[sq] + (q1 - q0 + kBr - 1) / kBr;
+        k_before[sq + 1] = k_before[sq] + (k1 - k0 + kBc - 1) / kBc;
+    }
+    BwdJob job;
+    job.p = p;
+    job.fns = fns;
+    job.delta = reinterpret_cast<float*>(mem + prefix_bytes);
+    job.q_tiles_before = q_before;
+    job.k_blocks_before = k_before;
+    job.scratch = reinterpret_cast<float*>(mem + prefix_bytes + delta_bytes);
+    job.floats = floats;
+    const wkv_fault_hook fault = wkv_fault_hook_from(&st.args);
+    if (wkv_fault_hit(&fault, WKV_FAULT_DEVICE_LOST, "submit")) {
+        set_message(msg, "the device was lost (fault injection)");
+        return WKV_ERROR_DEVICE_LOST;
+    }
+    /* pass 0 items are rows, not chunks of scratch: parallel_for over them directly */
+    const int64_t delta_items = (f.B * f.Tq * f.Hq + kDeltaRows - 1) / kDeltaRows;
+    if (delta_items > 0) st.args.parallel_for(st.args.parallel_for_user_data, delta_items, delta_chunk, &job);
+    run_pass(st, job, k_blocks * f.Hkv, item_chunk<kv_item>, max_chunks);
+    run_pass(st, job, q_tiles * f.Hq, item_chunk<q_item>, max_chunks);
+    return WKV_OK;
+}
+
+} // namespace wkv_cpu
