@@ -183,7 +183,8 @@ typedef struct wkv_attention_problem {
 typedef struct wkv_attention_backward_problem {
     wkv_attention_problem fwd;
     wkv_view dout, dq, dk, dv;
-    wkv_buffer_ref mem[4]; /* dout, dq, dk, dv */
+    wkv_view dlse;         /* optional (data NULL), float32, axes as lse's */
+    wkv_buffer_ref mem[5]; /* dout, dq, dk, dv, dlse */
 } wkv_attention_backward_problem;
 
 /* Batch, query rows [q0, q1) and keys [k0, k1) of sequence s. */

@@ -72,11 +72,11 @@ static int buffer_is_live(const wkv_target* target, const void* ptr) {
 /* Names of the tensors, with storage that outlives the spans. */
 /* The RWKV problems' views in wkv_problem's order, then attention's own (k, v, dk, dv are
  * shared). */
-static const char* const k_names[WKV_PROBLEM_VIEWS + 5] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
+static const char* const k_names[WKV_PROBLEM_VIEWS + 6] = {"r", "w", "k", "v", "a", "b", "u", "y", "state_in",
                                       "state_out", "dy", "dstate_out", "dr", "dw", "dk", "dv",
-                                      "da", "db", "du", "dstate_in", "q", "o", "lse", "dout", "dq"};
+                                      "da", "db", "du", "dstate_in", "q", "o", "lse", "dout", "dq", "dlse"};
 enum { N_R, N_W, N_K, N_V, N_A, N_B, N_U, N_Y, N_SIN, N_SOUT, N_DY, N_DSOUT, N_DR, N_DW, N_DK,
-       N_DV, N_DA, N_DB, N_DU, N_DSIN, N_Q, N_O, N_LSE, N_DOUT, N_DQ, N_NAMES };
+       N_DV, N_DA, N_DB, N_DU, N_DSIN, N_Q, N_O, N_LSE, N_DOUT, N_DQ, N_DLSE, N_NAMES };
 
 /* The argument being checked, for a message. */
 static const char* cname(checker* c) {
@@ -883,6 +883,7 @@ static wkv_status check_attention_tensor(checker* c, const char* pre, int name, 
 }
 
 static const int8_t k_tok_axes[4] = {AX_B, AX_T, AX_H, AX_N};
+static const int8_t k_lse_axes[3] = {AX_B, AX_H, AX_T};
 
 /* The forward descriptor d (named pre: "desc->", or "desc->forward->" for a backward, where o
  * and lse are inputs and lse is required) into p, its tensors' spans added to c's. */
@@ -945,7 +946,6 @@ static wkv_status check_attention_forward(checker* c, const wkv_attention_desc* 
         p->k_offsets = d->k_offsets;
     }
 
-    static const int8_t lse_axes[3] = {AX_B, AX_H, AX_T};
     const int64_t q_shape[4] = {B, Tq, Hq, D}, kv_shape[4] = {B, Tk, Hkv, D}, lse_shape[3] = {B, Hq, Tq};
     const int out = !backward;
     if ((st = check_attention_tensor(c, pre, N_Q, &d->q, 4, q_shape, k_tok_axes, 0, 0, &p->q))) return st;
@@ -956,7 +956,7 @@ static wkv_status check_attention_forward(checker* c, const wkv_attention_desc* 
         return wkv_fail(msg, WKV_ERROR_NULL_POINTER, "%slse.data is NULL: the backward reads the lse its forward "
                         "wrote (ask the forward for it)", pre);
     if (d->lse.data &&
-        (st = check_attention_tensor(c, pre, N_LSE, &d->lse, 3, lse_shape, lse_axes, out, 1, &p->lse)))
+        (st = check_attention_tensor(c, pre, N_LSE, &d->lse, 3, lse_shape, k_lse_axes, out, 1, &p->lse)))
         return st;
     if (p->k.elem != p->q.elem || p->v.elem != p->q.elem || p->o.elem != p->q.elem)
         return wkv_fail(msg, WKV_ERROR_DTYPE, "%s%s has another dtype than %sq (q, k, v and o share one)", pre,
@@ -979,6 +979,7 @@ static void attention_mem(const wkv_spans* spans, wkv_attention_problem* p, wkv_
         case N_DQ: grads[1] = mem; break;
         case N_DK: grads[2] = mem; break;
         case N_DV: grads[3] = mem; break;
+        case N_DLSE: grads[4] = mem; break;
         default: break;
         }
     }
@@ -1017,6 +1018,10 @@ wkv_status wkv_validate_attention_backward(const wkv_target* target, const wkv_a
     if ((st = check_attention_tensor(&c, "desc->", N_DQ, &desc->dq, 4, q_shape, k_tok_axes, 1, 0, &p->dq))) return st;
     if ((st = check_attention_tensor(&c, "desc->", N_DK, &desc->dk, 4, kv_shape, k_tok_axes, 1, 0, &p->dk))) return st;
     if ((st = check_attention_tensor(&c, "desc->", N_DV, &desc->dv, 4, kv_shape, k_tok_axes, 1, 0, &p->dv))) return st;
+    const int64_t lse_shape[3] = {f->B, f->Hq, f->Tq};
+    if (desc->dlse.data &&
+        (st = check_attention_tensor(&c, "desc->", N_DLSE, &desc->dlse, 3, lse_shape, k_lse_axes, 0, 1, &p->dlse)))
+        return st;
     const wkv_view* grads[4] = {&p->dout, &p->dq, &p->dk, &p->dv};
     static const char* const grad_names[4] = {"dout", "dq", "dk", "dv"};
     for (int i = 0; i < 4; ++i)

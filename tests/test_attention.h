@@ -26,6 +26,7 @@ struct AttnCase {
     double logit_scale = 1.0;         // multiplies q: large values test overflow handling
     const char* config = nullptr;
     bool buffers = false;             // every tensor in a wkv_buffer of the context (GPU backends)
+    bool dlse = false;                // the backward also gets a gradient of lse
 };
 
 struct AttnRun {
@@ -141,8 +142,9 @@ inline AttnBwdRun run_backward(wkv_context* ctx, const AttnCase& c, Rng& rng) {
     auto mk = [&](int64_t T, int64_t H) { return make(c.dtype, c.B, T, H, c.D, c.strided); };
     HostTensor tq = mk(c.Tq, c.Hq), tk = mk(c.Tk, c.Hkv), tv = mk(c.Tk, c.Hkv), to = mk(c.Tq, c.Hq), tg = mk(c.Tq, c.Hq),
                tdq = mk(c.Tq, c.Hq), tdk = mk(c.Tk, c.Hkv), tdv = mk(c.Tk, c.Hkv);
-    HostTensor tl(WKV_DTYPE_F32, {c.B, c.Hq, c.Tq});
-    fill_input(tq, q), fill_input(tk, k), fill_input(tv, v), fill_input(tg, g);
+    HostTensor tl(WKV_DTYPE_F32, {c.B, c.Hq, c.Tq}), tgl(WKV_DTYPE_F32, {c.B, c.Hq, c.Tq});
+    const std::vector<double> gl = random_normal(rng, (size_t)(c.B * c.Hq * c.Tq));
+    fill_input(tq, q), fill_input(tk, k), fill_input(tv, v), fill_input(tg, g), fill_input(tgl, gl);
     to.poison(), tl.poison(), tdq.poison(), tdk.poison(), tdv.poison();
     wkv_attention_desc d{};
     d.struct_size = sizeof d;
@@ -153,9 +155,10 @@ inline AttnBwdRun run_backward(wkv_context* ctx, const AttnCase& c, Rng& rng) {
     bd.struct_size = sizeof bd;
     bd.forward = &d;
     bd.dout = tg.view(), bd.dq = tdq.view(), bd.dk = tdk.view(), bd.dv = tdv.view();
+    if (c.dlse) bd.dlse = tgl.view();
     static float empty_storage[1];  // an empty tensor still needs a non-NULL data pointer
-    for (wkv_tensor* t : {&d.q, &d.k, &d.v, &d.o, &d.lse, &bd.dout, &bd.dq, &bd.dk, &bd.dv})
-        if (!t->data) t->data = empty_storage;
+    for (wkv_tensor* t : {&d.q, &d.k, &d.v, &d.o, &d.lse, &bd.dout, &bd.dq, &bd.dk, &bd.dv, &bd.dlse})
+        if (!t->data && (t != &bd.dlse || c.dlse)) t->data = empty_storage;
     if (!c.q_off.empty()) {
         d.q_offsets = c.q_off.data(), d.k_offsets = c.k_off.data();
         d.num_seqs = (int64_t)c.q_off.size() - 1;
@@ -175,7 +178,7 @@ inline AttnBwdRun run_backward(wkv_context* ctx, const AttnCase& c, Rng& rng) {
     in.q = q.data(), in.k = k.data(), in.v = v.data();
     if (!c.q_off.empty()) in.num_seqs = d.num_seqs, in.q_offsets = c.q_off.data(), in.k_offsets = c.k_off.data();
     out.dq_ref.assign((size_t)nq, 0.0), out.dk_ref.assign((size_t)nk, 0.0), out.dv_ref.assign((size_t)nk, 0.0);
-    wkv_ref_attention_backward(&in, g.data(), out.dq_ref.data(), out.dk_ref.data(), out.dv_ref.data());
+    wkv_ref_attention_backward(&in, g.data(), c.dlse ? gl.data() : nullptr, out.dq_ref.data(), out.dk_ref.data(), out.dv_ref.data());
     return out;
 }
 

@@ -36,15 +36,17 @@ TEST_CASE("attention backward: the float64 reference's gradients are its forward
         in.causal = causal;
         in.scale = 0.7;
         const size_t nq = (size_t)(in.Tq * in.Hq * in.D), nk = (size_t)(in.Tk * in.Hkv * in.D);
+        const size_t nl = (size_t)(in.Tq * in.Hq);
         std::vector<double> q = random_normal(rng, nq), k = random_normal(rng, nk), v = random_normal(rng, nk),
-                            g = random_normal(rng, nq);
+                            g = random_normal(rng, nq), gl = random_normal(rng, nl);
         in.q = q.data(), in.k = k.data(), in.v = v.data();
-        std::vector<double> dq(nq), dk(nk), dv(nk), o(nq);
-        wkv_ref_attention_backward(&in, g.data(), dq.data(), dk.data(), dv.data());
-        auto loss = [&]() {
-            wkv_ref_attention_forward(&in, o.data(), nullptr);
+        std::vector<double> dq(nq), dk(nk), dv(nk), o(nq), lse(nl);
+        wkv_ref_attention_backward(&in, g.data(), gl.data(), dq.data(), dk.data(), dv.data());
+        auto loss = [&]() {  // o . g + lse . gl (causal rows 0.. see keys: Tq < Tk, lse finite)
+            wkv_ref_attention_forward(&in, o.data(), lse.data());
             double l = 0;
             for (size_t i = 0; i < nq; ++i) l += o[i] * g[i];
+            for (size_t i = 0; i < nl; ++i) l += lse[i] * gl[i];
             return l;
         };
         const std::pair<std::vector<double>*, std::vector<double>*> pairs[] = {{&q, &dq}, {&k, &dk}, {&v, &dv}};
@@ -94,6 +96,10 @@ TEST_CASE("attention backward: against the float64 reference, every dtype, mask,
         check_backward(c.ctx, a, rng);
         a.strided = false, a.scale = 0.0, a.logit_scale = 30.0;  // sharp softmax: logits ~100
         a.Tq = 33, a.Tk = 65;
+        check_backward(c.ctx, a, rng);
+        a.logit_scale = 1.0, a.dlse = true;  // a gradient of lse too (merging partial attentions)
+        check_backward(c.ctx, a, rng);
+        a.dtype = WKV_DTYPE_BF16;
         check_backward(c.ctx, a, rng);
     }
 }
@@ -214,6 +220,11 @@ TEST_CASE("attention backward: bad inputs get a status and a message naming the 
     expect(d, WKV_ERROR_ALIASING, "desc->dk overlaps desc->forward->k");
     d = base(), d.dq = o.view();
     expect(d, WKV_ERROR_ALIASING, "desc->dq overlaps desc->forward->o");
+    HostTensor dl(WKV_DTYPE_F32, {1, 4, 5}), dlh(WKV_DTYPE_F16, {1, 4, 4});
+    d = base(), d.dlse = dl.view();
+    expect(d, WKV_ERROR_SHAPE, "desc->dlse.shape[2] is 5, expected 4");
+    d = base(), d.dlse = dlh.view();
+    expect(d, WKV_ERROR_DTYPE, "desc->dlse must be float32");
     HostTensor q3(WKV_DTYPE_F32, {1, 4, 4, 300}), k300(WKV_DTYPE_F32, {1, 6, 2, 300}), g300(WKV_DTYPE_F32, {1, 4, 4, 300}),
         dq300(WKV_DTYPE_F32, {1, 4, 4, 300}), dk300(WKV_DTYPE_F32, {1, 6, 2, 300}), dv300(WKV_DTYPE_F32, {1, 6, 2, 300}),
         o300(WKV_DTYPE_F32, {1, 4, 4, 300});

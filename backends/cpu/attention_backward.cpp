@@ -3,7 +3,7 @@
  *
  * Three passes, none of which accumulates into memory another item writes (no atomics, results
  * independent of the thread count):
- *   0. delta = rowsum(dout * o) per (batch, query head, row).
+ *   0. delta = rowsum(dout * o) - dlse per (batch, query head, row).
  *   1. dk, dv: an item is (sequence, kv head, block of Bc keys). It packs its keys and values
  *      transposed once, then walks every query row (of each of the kv head's query heads) that
  *      sees one of its keys, Br rows at a time: P and dS of the rows against the block, then
@@ -180,6 +180,11 @@ void delta_chunk(void* data, int64_t begin, int64_t end) {
             load_row(job.p->dout, view_offset(job.p->dout, b, t, h), D, g);
             float sum = 0.0f;
             for (int64_t d = 0; d < D; ++d) sum += o[d] * g[d];
+            if (job.p->dlse.data) { /* d lse_i / d s_j = p_j: dlse_i joins delta */
+                float dl;
+                std::memcpy(&dl, job.p->dlse.data + 4 * view_offset(job.p->dlse, b, t, h), 4);
+                sum -= dl;
+            }
             job.delta[(b * f.Hq + h) * f.Tq + t] = sum;
         }
 }

@@ -499,8 +499,9 @@ typedef struct wkv_attention_desc {
 
 WKV_API wkv_status wkv_attention(wkv_context* ctx, const wkv_attention_desc* desc);
 
-/* The backward of a wkv_attention call: given dout = dL/do, the gradients dq, dk, dv.
- *     p_j = exp(s_j - lse_i)    delta_i = dout_i . o_i    ds_j = p_j (dout_i . v_j - delta_i)
+/* The backward of a wkv_attention call: given dout = dL/do (and optionally dlse = dL/dlse), the
+ * gradients dq, dk, dv.
+ *     p_j = exp(s_j - lse_i)    delta_i = dout_i . o_i - dlse_i    ds_j = p_j (dout_i . v_j - delta_i)
  *     dq_i = scale sum_j ds_j k_j     dk_j += scale ds_j q_i     dv_j += p_j dout_i
  * (sums over the rows and keys the mask pairs; a kv head sums over its Hq / Hkv query heads).
  * It reads the forward descriptor's q, k, v, flags, scale and packing, and its o and lse as that
@@ -513,6 +514,7 @@ typedef struct wkv_attention_backward_desc {
     size_t struct_size;                 /* sizeof(wkv_attention_backward_desc) */
     const wkv_attention_desc* forward;  /* the forward call (its o and lse are inputs here) */
     wkv_tensor dout;                    /* [B, Tq, Hq, D] */
+    wkv_tensor dlse;                    /* optional float32 [B, Hq, Tq] (data NULL: zero) */
     wkv_tensor dq;                      /* output, [B, Tq, Hq, D] */
     wkv_tensor dk, dv;                  /* outputs, [B, Tk, Hkv, D] */
 } wkv_attention_backward_desc;

@@ -62,8 +62,8 @@ void wkv_ref_attention_forward(const wkv_ref_attention* in, double* o, double* l
     }
 }
 
-void wkv_ref_attention_backward(const wkv_ref_attention* in, const double* dout, double* dq, double* dk,
-                                double* dv) {
+void wkv_ref_attention_backward(const wkv_ref_attention* in, const double* dout, const double* dlse, double* dq,
+                                double* dk, double* dv) {
     const int64_t Hq = in->Hq, Hkv = in->Hkv, D = in->D, group = Hq / Hkv;
     const int64_t seqs = in->num_seqs > 0 ? in->num_seqs : in->B;
     memset(dq, 0, sizeof *dq * (size_t)(in->B * in->Tq * Hq * D));
@@ -93,6 +93,7 @@ void wkv_ref_attention_backward(const wkv_ref_attention* in, const double* dout,
                 }
                 for (int64_t j = 0; j <= last - k0; ++j) sum += p[j] = exp(p[j] - m);
                 for (int64_t j = 0; j <= last - k0; ++j) p[j] /= sum, delta += p[j] * dp[j];
+                if (dlse) delta -= dlse[(b * Hq + h) * in->Tq + t]; /* d lse / d s_j = p_j */
                 double* gq = dq + ((b * in->Tq + t) * Hq + h) * D;
                 for (int64_t j = k0; j <= last; ++j) {
                     const double pj = p[j - k0], ds = pj * (dp[j - k0] - delta);

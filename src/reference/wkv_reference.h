@@ -101,10 +101,11 @@ typedef struct wkv_ref_attention {
 } wkv_ref_attention;
 
 void wkv_ref_attention_forward(const wkv_ref_attention* in, double* o, double* lse);
-/* Its gradients from dout [B,Tq,Hq,D] (the softmax recomputed exactly): dq [B,Tq,Hq,D], dk and
- * dv [B,Tk,Hkv,D]; a kv head's gradients sum over its query heads. */
-void wkv_ref_attention_backward(const wkv_ref_attention* in, const double* dout, double* dq, double* dk,
-                                double* dv);
+/* Its gradients from dout [B,Tq,Hq,D] and dlse [B,Hq,Tq] (may be NULL: zero), the softmax
+ * recomputed exactly: dq [B,Tq,Hq,D], dk and dv [B,Tk,Hkv,D]; a kv head's gradients sum over its
+ * query heads. */
+void wkv_ref_attention_backward(const wkv_ref_attention* in, const double* dout, const double* dlse, double* dq,
+                                double* dk, double* dv);
 
 #ifdef __cplusplus
 }
