@@ -130,8 +130,6 @@ def test_bad_inputs_are_named(rng):
         wkv.attention(q, k, v, config="nope")
     with pytest.raises(wkv.UnsupportedError, match="D = 300"):
         wkv.attention(*(np.zeros((1, 2, 1, 300), np.float32) for _ in range(3)))
-    with pytest.raises(wkv.InvalidArgumentError, match="requires grad"):
-        wkv.attention(torch.zeros(1, 2, 1, 8, requires_grad=True), torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8))
 
 
 @pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="needs torch >= 2.4")
@@ -147,7 +145,7 @@ def test_torch_custom_op_opcheck_and_compile(rng):
     compiled = torch.compile(lambda a, b, c: wt.attention(a, b, c, causal=True)[0] * 2, backend="aot_eager",
                              fullgraph=True)
     assert torch.allclose(compiled(q, k, v), o * 2)
-    with pytest.raises(wkv.DTypeError, match="share one dtype"):
+    with pytest.raises(wkv.DTypeError, match="share q's dtype"):
         torch.ops.wkv.attention(q.to("meta"), k.to("meta").half(), v.to("meta"), None, None, False, 0.0, 0)
 
 

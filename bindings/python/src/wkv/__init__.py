@@ -50,7 +50,7 @@ from .errors import (
     WorkspaceTooSmallError,
     error_class,
 )
-from .attention import attention, attention_configs
+from .attention import attention, attention_backward, attention_configs
 from .device import DeviceArray
 from .ops import (
     Rwkv4Grads,
@@ -78,6 +78,7 @@ def version() -> str:
 __all__ = [
     "DeviceArray",
     "attention",
+    "attention_backward",
     "attention_configs",
     "__version__", "version", "library_path", "candidate_paths",
     "Context", "default_context", "use_context", "current_context", "info", "backend_info", "device_info",

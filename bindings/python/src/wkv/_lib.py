@@ -252,6 +252,20 @@ class wkv_attention_desc(Structure):
     ]
 
 
+class wkv_attention_backward_desc(Structure):
+    """``wkv_attention_backward_desc``."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("forward", POINTER(wkv_attention_desc)),
+        ("dout", wkv_tensor),
+        ("dlse", wkv_tensor),
+        ("dq", wkv_tensor),
+        ("dk", wkv_tensor),
+        ("dv", wkv_tensor),
+    ]
+
+
 class wkv_attention_config(Structure):
     """``wkv_attention_config``."""
 
@@ -280,7 +294,7 @@ STRUCTS = {
     cls.__name__: cls
     for cls in (wkv_device, wkv_dtype, wkv_tensor, wkv_context_options, wkv_forward_desc,
                 wkv_backward_desc, wkv_backend_info, wkv_device_info, wkv_attention_desc,
-                wkv_attention_config)
+                wkv_attention_backward_desc, wkv_attention_config)
 }
 
 # ------------------------------------------------------------------------------------ loading
@@ -406,7 +420,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 #: Functions declared when the loaded library has them (newer API, e.g. the device buffers).
 OPTIONAL_FUNCTIONS = ("wkv_context_synchronize", "wkv_context_health", "wkv_buffer_create", "wkv_buffer_destroy", "wkv_buffer_upload", "wkv_buffer_download",
                       "wkv_buffer_size", "wkv_tensor_make_buffer", "wkv_forward_scratch_size",
-                      "wkv_attention", "wkv_attention_configs",
+                      "wkv_attention", "wkv_attention_configs", "wkv_attention_backward",
                       # wkv_vulkan.h (Vulkan handles are opaque pointers here)
                       "wkv_vulkan_validation_message_count", "wkv_vulkan_context_create",
                       "wkv_vulkan_buffer_import", "wkv_vulkan_record_forward", "wkv_vulkan_record_backward")
@@ -426,6 +440,7 @@ def _declare_optional(lib: ctypes.CDLL) -> None:
         "wkv_forward_scratch_size": ([ctx_p, POINTER(c_size_t), POINTER(wkv_forward_desc)], c_enum),
         "wkv_attention": ([ctx_p, POINTER(wkv_attention_desc)], c_enum),
         "wkv_attention_configs": ([ctx_p, POINTER(wkv_attention_config), c_int32, POINTER(c_int32)], c_enum),
+        "wkv_attention_backward": ([ctx_p, POINTER(wkv_attention_backward_desc)], c_enum),
         "wkv_vulkan_validation_message_count": ([ctx_p, POINTER(c_uint64)], c_enum),
         # (options, const wkv_vulkan_guest_options*, wkv_context** out)
         "wkv_vulkan_context_create": ([POINTER(wkv_context_options), c_void_p, POINTER(ctx_p)], c_enum),

@@ -249,7 +249,7 @@ def pythonic(message: str, fn: str) -> str:
     ``desc->state_in``, ``out`` for ``desc->y``, ``dstate`` for ``desc->dstate_out``), dtypes by
     name (``float64``, not ``code 2, bits 64``), and for a 16-bit unsigned array how to pass
     bfloat16."""
-    msg = re.sub(r"^wkv_(?:forward|backward|workspace_size|forward_scratch_size|attention|attention_configs): ", fn + ": ",
+    msg = re.sub(r"^wkv_(?:forward|backward|workspace_size|forward_scratch_size|attention_backward|attention|attention_configs): ", fn + ": ",
                  message, count=1)
     msg = re.sub(r"desc->(?:forward->)?([A-Za-z_0-9]+)", lambda m: _PY_NAMES.get(m.group(1), m.group(1)), msg)
     msg = re.sub(r"dtype \(code (\d+), bits (\d+), lanes (\d+)\)", _dtype_name, msg)

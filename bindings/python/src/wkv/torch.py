@@ -219,24 +219,69 @@ def _attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offsets
                     context_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
     from .attention import attention as _attention
 
-    with torch.no_grad():  # forward only: the op has no autograd formula yet
+    with torch.no_grad():  # the autograd formula is registered on the op (below)
         o, lse = _attention(q, k, v, causal=causal, scale=scale if scale != 0.0 else None, q_offsets=q_offsets,
                             k_offsets=k_offsets, return_lse=True, context=_context(context_id))
     return o, lse
 
 
+def _attention_backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                             dout: torch.Tensor, dlse: Optional[torch.Tensor], q_offsets: Optional[torch.Tensor],
+                             k_offsets: Optional[torch.Tensor], causal: bool, scale: float,
+                             context_id: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    from .attention import attention_backward as _backward
+
+    return _backward(q, k, v, o, lse, dout, dlse=dlse, causal=causal, scale=scale if scale != 0.0 else None,
+                     q_offsets=q_offsets, k_offsets=k_offsets, context=_context(context_id))
+
+
+def _check_attention_fake(fn: str, q: torch.Tensor, named: Sequence[Tuple[str, Optional[torch.Tensor]]]) -> None:
+    """What the real path refuses, for meta/fake tensors: devices and dtypes (q's; lse, dlse
+    float32)."""
+    for name, t in named:
+        if t is None:
+            continue
+        if t.device != q.device:
+            raise DeviceMismatchError("%s: %s is on %s but q is on %s" % (fn, name, t.device, q.device))
+        want = torch.float32 if name in ("lse", "dlse") else q.dtype
+        if t.dtype != want:
+            raise DTypeError("%s: %s is %s but must be %s (q, k, v and the gradients share q's dtype; lse is "
+                             "float32)" % (fn, name, t.dtype, want))
+    if _tensors.torch_code(q.dtype) not in _tensors.SUPPORTED:
+        raise DTypeError("%s: q is %s; libwkv takes float32, float16 or bfloat16" % (fn, q.dtype))
+
+
 def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offsets: Optional[torch.Tensor],
                     k_offsets: Optional[torch.Tensor], causal: bool, scale: float,
                     context_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    fn = "wkv.torch.attention"
-    for name, t in (("k", k), ("v", v)):
-        if t.device != q.device:
-            raise DeviceMismatchError("%s: %s is on %s but q is on %s" % (fn, name, t.device, q.device))
-        if t.dtype != q.dtype:
-            raise DTypeError("%s: %s is %s but q is %s (q, k, v share one dtype)" % (fn, name, t.dtype, q.dtype))
-    if _tensors.torch_code(q.dtype) not in _tensors.SUPPORTED:
-        raise DTypeError("%s: q is %s; libwkv takes float32, float16 or bfloat16" % (fn, q.dtype))
+    _check_attention_fake("wkv.torch.attention", q, (("k", k), ("v", v)))
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+def _attention_backward_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                             dout: torch.Tensor, dlse: Optional[torch.Tensor], q_offsets: Optional[torch.Tensor],
+                             k_offsets: Optional[torch.Tensor], causal: bool, scale: float,
+                             context_id: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_attention_fake("wkv.torch.attention_backward", q,
+                          (("k", k), ("v", v), ("o", o), ("lse", lse), ("dout", dout), ("dlse", dlse)))
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _attention_setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+    q, k, v, q_offsets, k_offsets, causal, scale, cid = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, q_offsets, k_offsets)
+    ctx.wkv = (causal, scale, cid)
+
+
+def _attention_autograd(ctx: Any, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor]):
+    q, k, v, o, lse, q_offsets, k_offsets = ctx.saved_tensors
+    causal, scale, cid = ctx.wkv
+    if dout is None:
+        dout = torch.zeros_like(o)
+    dq, dk, dv = torch.ops.wkv.attention_backward(q, k, v, o, lse, dout, dlse, q_offsets, k_offsets, causal, scale,
+                                                  cid)
+    return dq, dk, dv, None, None, None, None, None
 
 
 if HAS_CUSTOM_OP:
@@ -244,16 +289,23 @@ if HAS_CUSTOM_OP:
         "wkv::attention", _attention_impl, mutates_args=(),
         schema="(Tensor q, Tensor k, Tensor v, Tensor? q_offsets, Tensor? k_offsets, bool causal, float scale, "
                "int context_id) -> (Tensor, Tensor)")
+    _attention_bwd_op = torch.library.custom_op(
+        "wkv::attention_backward", _attention_backward_impl, mutates_args=(),
+        schema="(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor dout, Tensor? dlse, Tensor? q_offsets, "
+               "Tensor? k_offsets, bool causal, float scale, int context_id) -> (Tensor, Tensor, Tensor)")
     _attention_op.register_fake(_attention_fake)
-    custom_ops["attention"] = (_attention_op, None)
+    _attention_bwd_op.register_fake(_attention_backward_fake)
+    _attention_op.register_autograd(_attention_autograd, setup_context=_attention_setup_context)
+    custom_ops["attention"] = (_attention_op, _attention_bwd_op)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               scale: Optional[float] = None, q_offsets: Any = None, k_offsets: Any = None,
               context: Optional[Context] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention forward on torch tensors through the custom op ``torch.ops.wkv.attention``
-    (traceable by ``torch.compile``) → ``(o, lse)``; arguments as :func:`wkv.attention`. Not
-    differentiable yet."""
+    """Softmax attention on torch tensors through the custom op ``torch.ops.wkv.attention``
+    (traceable by ``torch.compile``) → ``(o, lse)``; arguments as :func:`wkv.attention`.
+    Differentiable in q, k and v (through o and lse) where the backend has the backward (the
+    CPU; :func:`wkv.attention_backward`)."""
     if context is None and not _is_compiling():
         context = current_context()
     qo, ko = _offsets_tensor(q_offsets), _offsets_tensor(k_offsets)
