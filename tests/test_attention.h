@@ -196,8 +196,8 @@ inline void check_backward(wkv_context* ctx, const AttnCase& c, Rng& rng) {
         if (gr.second.first->empty()) continue;
         bool zero_ref = true;
         for (double x : *gr.second.second) zero_ref = zero_ref && x == 0.0;
-        if (zero_ref) {  // nothing seen: exact zeros
-            for (double x : *gr.second.first) CHECK(x == 0.0);
+        if (zero_ref) {  // nothing seen, or a cancellation (one key: ds = p (dp - delta) = 0)
+            for (double x : *gr.second.first) CHECK(std::fabs(x) <= 1e-5);
             continue;
         }
         const double e = rel_err(*gr.second.first, *gr.second.second);

@@ -197,3 +197,139 @@ bool attn_rows(const float* q, int64_t rows, int64_t Dp, int64_t D, const float*
     }
     return true;
 }
+
+/* ---- the backward's steps (AttnBwdProbsFn, AttnBwdKvFn, AttnBwdQFn in attention.h)
+ *
+ * probs: per group of rows, the scores against the block's transposed keys and dout . v against
+ * its transposed values with the accumulators in registers (as the forward's block step), the
+ * masked lanes to -inf, p = vexp(s - lse), ds = p (dp - delta).
+ * kv: per chunk of 2 vectors of D and group of rows, the rows' q and dout in registers while each
+ * key's dk and dv chunk is loaded, updated by every row of the group and stored.
+ * q: per group of rows and chunk of 4 vectors of D, dq in registers across the block's keys. */
+template <int BCV>
+void attn_bwd_probs_bcv(const float* q, const float* dout, int64_t rows, int64_t Dp, int64_t D, const float* kt,
+                        const float* vt, int64_t kt_stride, const float* lse, const float* delta, const int64_t* seen,
+                        float* p, float* ds) {
+    constexpr int64_t bc = (int64_t)BCV * W;
+    const T neg_inf = V::set1(-__builtin_inff());
+    for (int64_t r0 = 0; r0 < rows; r0 += kAttnRows) {
+        const int nr = rows - r0 < kAttnRows ? (int)(rows - r0) : kAttnRows;
+        T s[kAttnRows][BCV], g[kAttnRows][BCV];
+        for (int i = 0; i < kAttnRows; ++i)
+            for (int c = 0; c < BCV; ++c) s[i][c] = g[i][c] = V::zero();
+        for (int64_t d = 0; d < D; ++d) {
+            const float* kd = kt + d * kt_stride;
+            T kv[BCV];
+            for (int c = 0; c < BCV; ++c) kv[c] = V::load(kd + c * W);
+            for (int i = 0; i < kAttnRows; ++i) {
+                if (i >= nr) break;
+                const T qd = V::set1(q[(r0 + i) * Dp + d]);
+                for (int c = 0; c < BCV; ++c) s[i][c] = V::fma(qd, kv[c], s[i][c]);
+            }
+        }
+        for (int64_t d = 0; d < D; ++d) {
+            const float* vd = vt + d * kt_stride;
+            T vv[BCV];
+            for (int c = 0; c < BCV; ++c) vv[c] = V::load(vd + c * W);
+            for (int i = 0; i < kAttnRows; ++i) {
+                if (i >= nr) break;
+                const T gd = V::set1(dout[(r0 + i) * Dp + d]);
+                for (int c = 0; c < BCV; ++c) g[i][c] = V::fma(gd, vv[c], g[i][c]);
+            }
+        }
+        for (int i = 0; i < nr; ++i) {
+            const int64_t r = r0 + i;
+            const int64_t n = seen[r] < bc ? seen[r] : bc;
+            float* pr = p + r * bc;
+            float* dr = ds + r * bc;
+            if (n <= 0) {
+                for (int c = 0; c < BCV; ++c) V::store(pr + c * W, V::zero()), V::store(dr + c * W, V::zero());
+                continue;
+            }
+            alignas(64) float lane[W];
+            for (int c = 0; c < BCV; ++c) { /* lanes at or past n: -inf, so p = 0 there */
+                const int64_t j0 = (int64_t)c * W;
+                if (j0 + W <= n) continue;
+                for (int t = 0; t < W; ++t) lane[t] = j0 + t < n ? 0.0f : -1.0f;
+                s[i][c] = V::blend(V::lt(V::load(lane), V::zero()), neg_inf, s[i][c]);
+            }
+            const T lv = V::set1(lse[r]), dl = V::set1(delta[r]);
+            for (int c = 0; c < BCV; ++c) s[i][c] = V::sub(s[i][c], lv);
+            vexp_n<BCV>(s[i]);
+            for (int c = 0; c < BCV; ++c) {
+                V::store(pr + c * W, s[i][c]);
+                V::store(dr + c * W, V::mul(s[i][c], V::sub(g[i][c], dl)));
+            }
+        }
+    }
+}
+
+bool attn_bwd_probs(const float* q, const float* dout, int64_t rows, int64_t Dp, int64_t D, const float* kt,
+                    const float* vt, int64_t kt_stride, int64_t bc, const float* lse, const float* delta,
+                    const int64_t* seen, float* p, float* ds) {
+    if (bc != 64) return false;
+    attn_bwd_probs_bcv<64 / W>(q, dout, rows, Dp, D, kt, vt, kt_stride, lse, delta, seen, p, ds);
+    return true;
+}
+
+bool attn_bwd_kv(const float* q, const float* dout, int64_t rows, int64_t Dp, const float* p, const float* ds,
+                 int64_t nb, int64_t bc, float* dk, float* dv) {
+    if (Dp % W) return false;
+    for (int64_t d0 = 0; d0 < Dp; d0 += 2 * W) {
+        const int nv = Dp - d0 >= 2 * W ? 2 : 1;
+        for (int64_t r0 = 0; r0 < rows; r0 += kAttnRows) {
+            const int nr = rows - r0 < kAttnRows ? (int)(rows - r0) : kAttnRows;
+            T qv[kAttnRows][2], gv[kAttnRows][2];
+            for (int i = 0; i < kAttnRows; ++i)
+                for (int u = 0; u < 2; ++u) {
+                    const bool in = i < nr && u < nv;
+                    qv[i][u] = in ? V::load(q + (r0 + i) * Dp + d0 + u * W) : V::zero();
+                    gv[i][u] = in ? V::load(dout + (r0 + i) * Dp + d0 + u * W) : V::zero();
+                }
+            for (int64_t j = 0; j < nb; ++j) {
+                float* kj = dk + j * Dp + d0;
+                float* vj = dv + j * Dp + d0;
+                T a[2], b[2];
+                for (int u = 0; u < nv; ++u) a[u] = V::load(kj + u * W), b[u] = V::load(vj + u * W);
+                for (int i = 0; i < kAttnRows; ++i) {
+                    if (i >= nr) break;
+                    const T sj = V::set1(ds[(r0 + i) * bc + j]), pj = V::set1(p[(r0 + i) * bc + j]);
+                    for (int u = 0; u < nv; ++u) a[u] = V::fma(sj, qv[i][u], a[u]), b[u] = V::fma(pj, gv[i][u], b[u]);
+                }
+                for (int u = 0; u < nv; ++u) V::store(kj + u * W, a[u]), V::store(vj + u * W, b[u]);
+            }
+        }
+    }
+    return true;
+}
+
+bool attn_bwd_q(const float* ds, int64_t rows, int64_t Dp, const float* krows, int64_t nb, int64_t bc, float* dq) {
+    if (Dp % W) return false;
+    for (int64_t r0 = 0; r0 < rows; r0 += kAttnRows) {
+        const int nr = rows - r0 < kAttnRows ? (int)(rows - r0) : kAttnRows;
+        for (int64_t d0 = 0; d0 < Dp; d0 += 4 * W) {
+            const int nv = Dp - d0 >= 4 * W ? 4 : (int)((Dp - d0) / W);
+            T a[kAttnRows][4];
+            for (int i = 0; i < kAttnRows; ++i)
+                for (int u = 0; u < 4; ++u)
+                    a[i][u] = i < nr && u < nv ? V::load(dq + (r0 + i) * Dp + d0 + u * W) : V::zero();
+            for (int64_t j = 0; j < nb; ++j) {
+                const float* kj = krows + j * Dp + d0;
+                T kv[4];
+                for (int u = 0; u < 4; ++u) kv[u] = u < nv ? V::load(kj + u * W) : V::zero();
+                for (int i = 0; i < kAttnRows; ++i) {
+                    if (i >= nr) break;
+                    const T sj = V::set1(ds[(r0 + i) * bc + j]);
+                    for (int u = 0; u < 4; ++u)
+                        if (u < nv) a[i][u] = V::fma(sj, kv[u], a[i][u]);
+                }
+            }
+            for (int i = 0; i < kAttnRows; ++i) {
+                if (i >= nr) break;
+                for (int u = 0; u < 4; ++u)
+                    if (u < nv) V::store(dq + (r0 + i) * Dp + d0 + u * W, a[i][u]);
+            }
+        }
+    }
+    return true;
+}

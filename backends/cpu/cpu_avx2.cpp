@@ -42,6 +42,9 @@ namespace {
 void install_avx2(OpSet* ops) noexcept {
     ops->attention_block = isa_avx2::attn_block;
     ops->attention_rows = isa_avx2::attn_rows;
+    ops->attention_backward.probs = isa_avx2::attn_bwd_probs;
+    ops->attention_backward.kv = isa_avx2::attn_bwd_kv;
+    ops->attention_backward.q = isa_avx2::attn_bwd_q;
     isa_avx2::install_rwkv7(&ops->rwkv7);
     isa_avx2::install_rwkv6(&ops->rwkv6);
     isa_avx2::install_rwkv4(&ops->rwkv4);

@@ -47,6 +47,9 @@ namespace {
 void install_avx512(OpSet* ops) noexcept {
     ops->attention_block = isa_avx512::attn_block;
     ops->attention_rows = isa_avx512::attn_rows;
+    ops->attention_backward.probs = isa_avx512::attn_bwd_probs;
+    ops->attention_backward.kv = isa_avx512::attn_bwd_kv;
+    ops->attention_backward.q = isa_avx512::attn_bwd_q;
     isa_avx512::install_rwkv7(&ops->rwkv7);
     isa_avx512::install_rwkv6(&ops->rwkv6);
     isa_avx512::install_rwkv4(&ops->rwkv4);

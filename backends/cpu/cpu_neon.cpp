@@ -34,6 +34,9 @@ namespace {
 void install_neon(OpSet* ops) noexcept {
     ops->attention_block = isa_neon::attn_block;
     ops->attention_rows = isa_neon::attn_rows;
+    ops->attention_backward.probs = isa_neon::attn_bwd_probs;
+    ops->attention_backward.kv = isa_neon::attn_bwd_kv;
+    ops->attention_backward.q = isa_neon::attn_bwd_q;
     isa_neon::install_rwkv7(&ops->rwkv7);
     isa_neon::install_rwkv6(&ops->rwkv6);
     isa_neon::install_rwkv4(&ops->rwkv4);
