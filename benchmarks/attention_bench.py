@@ -8,7 +8,9 @@ same process, on the CPU (or CUDA with --device cuda once the plugin has a kerne
 Each case: float32 inputs in one memory for both (torch's contiguous [B, H, T, D] tensors,
 libwkv their [B, T, H, D] strided views), libwkv with its default configuration and with every
 configuration, torch SDPA (its CPU flash kernel), medians of --repeats; TFLOP/s = 4 B H Tq Tk D (halved when causal with Tq = Tk). Decode steps
-(Tq = 1 against a long KV cache) run 8x as many calls.
+(Tq = 1 against a long KV cache) run 8x as many calls. Training steps: libwkv's forward (with lse) and
+wkv.attention_backward against SDPA's forward and autograd backward (TFLOP/s counted as the
+7 products of a flash forward + backward: 14 B H Tq Tk D, halved when causal).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ import wkv
 CASES = [(1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 64, True), (1, 32, 1024, 1024, 32, 128, True),
          (4, 32, 1024, 1024, 32, 64, True), (1, 32, 4096, 4096, 32, 64, True),
          (1, 32, 1, 4096, 32, 64, False), (1, 32, 1, 4096, 8, 64, False), (1, 32, 1, 16384, 8, 64, False)]
+
+# training steps (forward + backward)
+TRAIN_CASES = [(1, 32, 1024, 1024, 32, 64, True), (1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 128, True)]
 
 
 def median_ms(fn, repeats):
@@ -74,6 +79,33 @@ def main() -> int:
         row = {"case": "attention %s%s" % ("decode" if decode else "fwd", " causal" if causal else ""), "shape": shape,
                "dtype": "f32", "libwkv_ms": per[default], "config": default, "configs_ms": per,
                "anchor": "torch SDPA (CPU)", "anchor_ms": t_torch, "libwkv_tflops": flops / per[default] / 1e9}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    # training steps (forward + backward; the loss's gradient dout given): libwkv's forward with
+    # lse then wkv.attention_backward, against torch SDPA's forward and autograd backward
+    for B, H, Tq, Tk, Hkv, D, causal in TRAIN_CASES:
+        qt, kt, vt = (torch.randn(B, h, T, D) for h, T in ((H, Tq), (Hkv, Tk), (Hkv, Tk)))
+        q, k, v = (x.transpose(1, 2) for x in (qt, kt, vt))
+        gt = torch.randn(B, H, Tq, D)
+        g = gt.transpose(1, 2)
+        leaves = [x.clone().requires_grad_() for x in (qt, kt, vt)]
+
+        def torch_step():
+            for x in leaves:
+                x.grad = None
+            torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal,
+                                                             enable_gqa=Hkv != H).backward(gt)
+
+        def wkv_step():
+            o, lse = wkv.attention(q, k, v, causal=causal, return_lse=True)
+            wkv.attention_backward(q, k, v, o, lse, g, causal=causal)
+
+        t_torch, t_wkv = median_ms(torch_step, args.repeats), median_ms(wkv_step, args.repeats)
+        flops = 14.0 * B * H * Tq * Tk * D * (0.5 if causal and Tq == Tk else 1.0)  # 2 + 5 products
+        row = {"case": "attention fwd+bwd%s" % (" causal" if causal else ""),
+               "shape": "B=%d H=%d T=%d D=%d" % (B, H, Tq, D), "dtype": "f32", "libwkv_ms": t_wkv,
+               "config": default, "configs_ms": {default: t_wkv}, "anchor": "torch SDPA + autograd (CPU)",
+               "anchor_ms": t_torch, "libwkv_tflops": flops / t_wkv / 1e9}
         rows.append(row)
         print(json.dumps(row), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

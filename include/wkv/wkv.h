@@ -464,8 +464,9 @@ WKV_API wkv_status wkv_forward_scratch_size(wkv_context* ctx, size_t* out_bytes,
 
 /* ------------------------------------------------------------------------------ attention
  *
- * Softmax attention forward, for hybrid models (RWKV blocks with a few attention layers), in the
- * online-softmax ("flash") form: the Tq x Tk matrix is never formed. Per batch b, query head h
+ * Softmax attention, for hybrid models (RWKV blocks with a few attention layers), in the
+ * online-softmax ("flash") form: the Tq x Tk matrix is never formed (its backward:
+ * wkv_attention_backward, below). Per batch b, query head h
  * (key/value head g = h / (Hq / Hkv): grouped-query and multi-query heads) and query row i:
  *     s_j = scale * q_i . k_j            over the keys j the mask allows
  *     o_i = sum_j softmax(s)_j v_j       lse_i = log sum_j exp(s_j)   (natural log)
