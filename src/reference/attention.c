@@ -66,9 +66,10 @@ void wkv_ref_attention_backward(const wkv_ref_attention* in, const double* dout,
                                 double* dk, double* dv) {
     const int64_t Hq = in->Hq, Hkv = in->Hkv, D = in->D, group = Hq / Hkv;
     const int64_t seqs = in->num_seqs > 0 ? in->num_seqs : in->B;
-    memset(dq, 0, sizeof *dq * (size_t)(in->B * in->Tq * Hq * D));
-    memset(dk, 0, sizeof *dk * (size_t)(in->B * in->Tk * Hkv * D));
-    memset(dv, 0, sizeof *dv * (size_t)(in->B * in->Tk * Hkv * D));
+    const size_t nq = (size_t)(in->B * in->Tq * Hq * D), nk = (size_t)(in->B * in->Tk * Hkv * D);
+    /* an empty tensor may come as NULL: memset must not see it */
+    if (nq) memset(dq, 0, sizeof *dq * nq);
+    if (nk) memset(dk, 0, sizeof *dk * nk), memset(dv, 0, sizeof *dv * nk);
     double* p = (double*)malloc(sizeof(double) * (size_t)(in->Tk > 0 ? in->Tk : 1));
     double* dp = (double*)malloc(sizeof(double) * (size_t)(in->Tk > 0 ? in->Tk : 1));
     if (!p || !dp) abort(); /* the reference runs in tests only */
