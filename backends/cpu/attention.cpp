@@ -29,7 +29,7 @@ struct AttnConfig {
     bool is_default;
 };
 
-/* The tile shapes this backend has (any D up to kMaxHeadDim, any dtype); the first is the
+/* The tile shapes this backend has (any D up to kAttnMaxHeadDim, any dtype); the first is the
  * default. Measured with the vector block step (benchmarks/attention_bench.py, Zen 4, 2 threads,
  * f32, H = 32; two runs, ms): q128.kv64 was the fastest on every row, 2-16% ahead of q256.kv128
  * (B=1 T=1024 D=64: 62.7 / 69.0 against 65.4 / 70.3; causal D=128: 64.9 / 65.6 against
@@ -44,15 +44,11 @@ constexpr AttnConfig kConfigs[] = {
     {"cpu.tiled.q4.kv128", 4, 128, false},
 };
 constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof kConfigs[0]);
-constexpr int64_t kMaxHeadDim = 256;
 
-/* Rows of q, v and the accumulators are Dp floats in scratch: D rounded up to 16 (every vector
- * width), zeros after D, so the vector steps need no tails along D. */
-int64_t padded_dim(int64_t D) { return (D + 15) / 16 * 16; }
 
 /* Floats of one chunk's scratch for a config at head dim D. */
 int64_t scratch_floats(const AttnConfig& c, int64_t D) {
-    const int64_t br = c.block_q, bc = c.block_kv, Dp = padded_dim(D);
+    const int64_t br = c.block_q, bc = c.block_kv, Dp = attn_padded_dim(D);
     return br * Dp /* q */ + Dp * bc /* Kt, or K as rows (few-row tiles) */ + bc * Dp /* V */ + 4 * bc /* p rows: a group of up to 4 (attention_simd.inl) */ + br * Dp /* acc */ +
            2 * br /* m, l */ + br /* seen (int64 as 2 floats: below) */ * 2 + Dp /* a row in transit */;
 }
@@ -156,7 +152,7 @@ constexpr int64_t kRowsTile = 2;
 
 void run_item(const AttnJob& job, int64_t item, float* mem) {
     const wkv_attention_problem& p = *job.p;
-    const int64_t D = p.D, Dp = padded_dim(D), Hq = p.Hq, br = job.cfg->block_q, bc = job.cfg->block_kv;
+    const int64_t D = p.D, Dp = attn_padded_dim(D), Hq = p.Hq, br = job.cfg->block_q, bc = job.cfg->block_kv;
     /* item = (tile index over all sequences) * Hq + head; with grouped heads (job.heads > 1: a
      * decode-shaped call) item = tile * Hkv + kv head, and the item's rows are every query row
      * of the tile in each of the kv head's heads (head h0 + i / tile_rows, row i % tile_rows) */
@@ -252,13 +248,13 @@ constexpr int64_t kPackKeys = 64;
 void pack_chunk(void* data, int64_t begin, int64_t end) {
     const AttnJob& job = *static_cast<const AttnJob*>(data);
     const wkv_attention_problem& p = *job.p;
-    const int64_t D = p.D, Dp = padded_dim(D), per_head = (p.Tk + kPackKeys - 1) / kPackKeys;
+    const int64_t D = p.D, Dp = attn_padded_dim(D), per_head = (p.Tk + kPackKeys - 1) / kPackKeys;
     for (int64_t i = begin; i < end; ++i) {
         const int64_t bg = i / per_head, j0 = (i % per_head) * kPackKeys, j1 = std::min(p.Tk, j0 + kPackKeys);
         const int64_t b = bg / p.Hkv, g = bg % p.Hkv;
         float* kt = job.kt_all + bg * D * job.kt_len;
         float* v = job.v_all + bg * p.Tk * Dp;
-        float row[kMaxHeadDim];
+        float row[kAttnMaxHeadDim];
         for (int64_t j = j0; j < j1; ++j) {
             load_row(p.k, view_offset(p.k, b, j, g), D, row);
             for (int64_t d = 0; d < D; ++d) kt[d * job.kt_len + j] = row[d];
@@ -288,10 +284,10 @@ int32_t attention_configs(wkv_attention_config* out, int32_t capacity) noexcept 
         const AttnConfig& c = kConfigs[i];
         wkv_attention_config& o = out[i];
         std::snprintf(o.name, sizeof o.name, "%s", c.name);
-        o.max_head_dim = (int32_t)kMaxHeadDim;
+        o.max_head_dim = (int32_t)kAttnMaxHeadDim;
         o.block_q = c.block_q;
         o.block_kv = c.block_kv;
-        o.shared_bytes = (uint64_t)scratch_floats(c, kMaxHeadDim) * 4;
+        o.shared_bytes = (uint64_t)scratch_floats(c, kAttnMaxHeadDim) * 4;
         o.fits = 1;
         o.is_default = c.is_default ? 1 : 0;
     }
@@ -304,9 +300,9 @@ wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows,
     if (p->config)
         for (const AttnConfig& c : kConfigs)
             if (std::strcmp(c.name, p->config) == 0) cfg = &c;
-    if (p->D > kMaxHeadDim) {
+    if (p->D > kAttnMaxHeadDim) {
         set_message(msg, "attention head dim D = %lld: this backend takes D <= %lld", (long long)p->D,
-                    (long long)kMaxHeadDim);
+                    (long long)kAttnMaxHeadDim);
         return WKV_ERROR_UNSUPPORTED;
     }
     /* tiles per sequence, then the items: (tile over all sequences) x query head */
@@ -343,7 +339,7 @@ wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows,
     const uint64_t work_bytes = cs.mul(cs.mul((uint64_t)job.chunks, (uint64_t)job.chunk_floats), 4);
     /* keys and values packed once per call when that is much less than the tiles would pack
      * again (several query tiles per head) and fits a sane amount of memory */
-    const int64_t Dp = padded_dim(p->D);
+    const int64_t Dp = attn_padded_dim(p->D);
     job.kt_len = p->Tk + cfg->block_kv;
     const uint64_t heads = (uint64_t)p->B * (uint64_t)p->Hkv;
     const uint64_t pack_bytes = cs.mul(cs.mul(heads, cs.add(cs.mul((uint64_t)p->D, (uint64_t)job.kt_len),

@@ -6,6 +6,13 @@
 
 namespace wkv_cpu {
 
+/* The largest head dim the CPU attention kernels take (forward and backward). */
+constexpr int64_t kAttnMaxHeadDim = 256;
+
+/* Rows of q, v, the accumulators and the gradients are Dp floats in scratch: D rounded up to 16
+ * (every vector width), zeros after D, so the vector steps need no tails along D. */
+inline int64_t attn_padded_dim(int64_t D) { return (D + 15) / 16 * 16; }
+
 /* One key block against a tile's rows (attention.cpp): q [rows][Dp] (scaled, zero past D), kt
  * the block's keys transposed, D rows of kt_stride floats of which the first bc are readable
  * (columns past nb hold anything, even NaN), vb [nb][Dp] (zero past D), seen[r] the keys of

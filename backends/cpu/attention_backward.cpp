@@ -30,14 +30,12 @@ namespace {
 
 constexpr int64_t kBr = 64;         /* query rows per group */
 constexpr int64_t kBc = 64;         /* keys per block */
-constexpr int64_t kMaxHeadDim = 256; /* as the forward */
 constexpr int64_t kDeltaRows = 256; /* rows per item of pass 0 */
 
-int64_t padded_dim(int64_t D) { return (D + 15) / 16 * 16; }
 
 /* Floats of one chunk's scratch at head dim D (both passes' layouts fit in it). */
 int64_t chunk_floats(int64_t D) {
-    const int64_t Dp = padded_dim(D);
+    const int64_t Dp = attn_padded_dim(D);
     return 2 * D * kBc /* kt, vt */ + 2 * kBc * Dp /* dk, dv (pass 1) or k rows (pass 2) */ +
            3 * kBr * Dp /* q, dout, dq */ + 2 * kBr /* lse, delta */ + 2 * kBr /* seen: int64 */ +
            2 * kBr * kBc /* p, ds */ + Dp /* a row in transit */;
@@ -109,7 +107,7 @@ struct Scratch {
     float *kt, *vt, *kbuf, *q, *dout, *dq, *lse, *delta, *p, *ds, *row;
     int64_t* seen;
     explicit Scratch(float* m, int64_t D) {
-        const int64_t Dp = padded_dim(D);
+        const int64_t Dp = attn_padded_dim(D);
         kt = m, vt = kt + D * kBc, kbuf = vt + D * kBc;
         q = kbuf + 2 * kBc * Dp, dout = q + kBr * Dp, dq = dout + kBr * Dp;
         lse = dq + kBr * Dp, delta = lse + kBr;
@@ -122,7 +120,7 @@ struct Scratch {
  * and the keys as rows into krows when it is not NULL. */
 void pack_block(const wkv_attention_problem& f, int64_t b, int64_t g, int64_t j0, int64_t nb, Scratch& s,
                 float* krows) {
-    const int64_t D = f.D, Dp = padded_dim(D);
+    const int64_t D = f.D, Dp = attn_padded_dim(D);
     for (int64_t j = 0; j < kBc; ++j) {
         if (j >= nb) {
             for (int64_t d = 0; d < D; ++d) s.kt[d * kBc + j] = s.vt[d * kBc + j] = 0.0f;
@@ -142,7 +140,7 @@ void pack_block(const wkv_attention_problem& f, int64_t b, int64_t g, int64_t j0
 /* Query row t of head h into slot r: q scaled, dout, lse and delta (zeros past D). */
 void load_query(const BwdJob& job, int64_t b, int64_t t, int64_t h, int64_t r, Scratch& s) {
     const wkv_attention_problem& f = job.p->fwd;
-    const int64_t D = f.D, Dp = padded_dim(D);
+    const int64_t D = f.D, Dp = attn_padded_dim(D);
     float* q = s.q + r * Dp;
     float* g = s.dout + r * Dp;
     load_row(f.q, view_offset(f.q, b, t, h), D, q);
@@ -162,7 +160,7 @@ int64_t seen_in_block(const wkv_attention_problem& f, int64_t t, int64_t q0, int
 }
 
 void probs(const BwdJob& job, int64_t rows, int64_t D, Scratch& s) {
-    const int64_t Dp = padded_dim(D);
+    const int64_t Dp = attn_padded_dim(D);
     if (!job.fns.probs ||
         !job.fns.probs(s.q, s.dout, rows, Dp, D, s.kt, s.vt, kBc, kBc, s.lse, s.delta, s.seen, s.p, s.ds))
         scalar_probs(s.q, s.dout, rows, Dp, D, s.kt, s.vt, kBc, kBc, s.lse, s.delta, s.seen, s.p, s.ds);
@@ -172,7 +170,7 @@ void delta_chunk(void* data, int64_t begin, int64_t end) {
     const BwdJob& job = *static_cast<const BwdJob*>(data);
     const wkv_attention_problem& f = job.p->fwd;
     const int64_t rows = f.B * f.Tq * f.Hq, D = f.D;
-    float o[kMaxHeadDim], g[kMaxHeadDim];
+    float o[kAttnMaxHeadDim], g[kAttnMaxHeadDim];
     for (int64_t i = begin; i < end; ++i)
         for (int64_t x = i * kDeltaRows; x < std::min(rows, (i + 1) * kDeltaRows); ++x) {
             const int64_t h = x % f.Hq, t = (x / f.Hq) % f.Tq, b = x / (f.Hq * f.Tq);
@@ -192,7 +190,7 @@ void delta_chunk(void* data, int64_t begin, int64_t end) {
 /* Pass 1: item = (key block over all sequences) * Hkv + kv head. */
 void kv_item(const BwdJob& job, int64_t item, Scratch& s) {
     const wkv_attention_problem& f = job.p->fwd;
-    const int64_t D = f.D, Dp = padded_dim(D), g = item % f.Hkv, blk = item / f.Hkv, group = f.Hq / f.Hkv;
+    const int64_t D = f.D, Dp = attn_padded_dim(D), g = item % f.Hkv, blk = item / f.Hkv, group = f.Hq / f.Hkv;
     const int64_t sq = std::upper_bound(job.k_blocks_before, job.k_blocks_before + f.num_seqs + 1, blk) -
                        job.k_blocks_before - 1;
     int64_t b, q0, q1, k0, k1;
@@ -225,7 +223,7 @@ void kv_item(const BwdJob& job, int64_t item, Scratch& s) {
 /* Pass 2: item = (query tile over all sequences) * Hq + head. */
 void q_item(const BwdJob& job, int64_t item, Scratch& s) {
     const wkv_attention_problem& f = job.p->fwd;
-    const int64_t D = f.D, Dp = padded_dim(D), h = item % f.Hq, tile = item / f.Hq, g = h / (f.Hq / f.Hkv);
+    const int64_t D = f.D, Dp = attn_padded_dim(D), h = item % f.Hq, tile = item / f.Hq, g = h / (f.Hq / f.Hkv);
     const int64_t sq = std::upper_bound(job.q_tiles_before, job.q_tiles_before + f.num_seqs + 1, tile) -
                        job.q_tiles_before - 1;
     int64_t b, q0, q1, k0, k1;
@@ -277,9 +275,9 @@ void run_pass(const BackendState& st, BwdJob& job, int64_t items, void (*chunk)(
 wkv_status attention_backward(const BackendState& st, const AttnBwdFns& fns, const wkv_attention_backward_problem* p,
                               wkv_message* msg) noexcept {
     const wkv_attention_problem& f = p->fwd;
-    if (f.D > kMaxHeadDim) {
+    if (f.D > kAttnMaxHeadDim) {
         set_message(msg, "attention head dim D = %lld: this backend takes D <= %lld", (long long)f.D,
-                    (long long)kMaxHeadDim);
+                    (long long)kAttnMaxHeadDim);
         return WKV_ERROR_UNSUPPORTED;
     }
     CheckedSize cs;

@@ -5,7 +5,8 @@
 
 #include "wkv_reference.h"
 
-/* The keys [k0, *last] row t of sequence s sees (*last < k0: none). */
+/* The batch of sequence s and the keys [k0, *last] its row t sees (*last < k0: none): all of
+ * the sequence's, or (causal, bottom-right aligned) up to row + (keys - rows). */
 static void row_keys(const wkv_ref_attention* in, int64_t s, int64_t t, int64_t* b, int64_t* k0, int64_t* last) {
     const int64_t q0 = in->num_seqs > 0 ? in->q_offsets[s] : 0, q1 = in->num_seqs > 0 ? in->q_offsets[s + 1] : in->Tq;
     const int64_t k1 = in->num_seqs > 0 ? in->k_offsets[s + 1] : in->Tk;
@@ -19,19 +20,14 @@ void wkv_ref_attention_forward(const wkv_ref_attention* in, double* o, double* l
     const int64_t Hq = in->Hq, Hkv = in->Hkv, D = in->D, group = Hq / Hkv;
     const int64_t seqs = in->num_seqs > 0 ? in->num_seqs : in->B;
     for (int64_t s = 0; s < seqs; ++s) {
-        const int64_t b = in->num_seqs > 0 ? 0 : s;
         const int64_t q0 = in->num_seqs > 0 ? in->q_offsets[s] : 0, q1 = in->num_seqs > 0 ? in->q_offsets[s + 1] : in->Tq;
-        const int64_t k0 = in->num_seqs > 0 ? in->k_offsets[s] : 0, k1 = in->num_seqs > 0 ? in->k_offsets[s + 1] : in->Tk;
         for (int64_t h = 0; h < Hq; ++h) {
             const int64_t g = h / group;
             for (int64_t t = q0; t < q1; ++t) {
+                int64_t b, k0, last;
+                row_keys(in, s, t, &b, &k0, &last);
                 const double* q = in->q + ((b * in->Tq + t) * Hq + h) * D;
                 double* out = o + ((b * in->Tq + t) * Hq + h) * D;
-                /* keys this row sees: all of its sequence, or (causal, bottom-right aligned) up to
-                 * row + (keys - rows) */
-                int64_t last = k1 - 1;
-                if (in->causal) last = k0 + (t - q0) + ((k1 - k0) - (q1 - q0));
-                if (last > k1 - 1) last = k1 - 1;
                 memset(out, 0, (size_t)D * sizeof *out);
                 double* l = lse ? lse + (b * Hq + h) * in->Tq + t : NULL;
                 if (last < k0) {
