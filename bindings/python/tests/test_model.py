@@ -102,6 +102,24 @@ def test_prefill_then_decode_equals_one_prefill(rng, seed):
         assert rel_rms(a, b) <= 1e-5
 
 
+def test_one_token_step_equals_the_module_path(rng, seed):
+    # without autograd one token takes RWKV7Model's written-out step (_decode_step); with it the
+    # blocks' modules: same logits and every part of the state
+    model = wm.random_init(config(), seed=seed)
+    tokens = torch.tensor(rng.integers(0, 256, (3, 6)))
+    with torch.no_grad():
+        _, state = model(tokens[:, :5])
+    fast_state = state.clone()
+    with torch.no_grad():
+        fast, fast_state = model(tokens[:, 5:], fast_state)
+    slow, slow_state = model(tokens[:, 5:], state.clone())  # grad enabled: the module path
+    assert fast.shape == slow.shape == (3, 1, 256)
+    assert rel_rms(fast, slow.detach()) <= 1e-6
+    for part in ("att_shift", "wkv", "ffn_shift"):
+        for a, b in zip(getattr(fast_state, part), getattr(slow_state, part)):
+            assert a.shape == b.shape and rel_rms(a, b.detach()) <= 1e-6, part
+
+
 def test_generate_greedy_is_the_argmax_chain(seed):
     model = wm.random_init(config(), seed=seed)
     g = wm.generate(model, [1, 2, 3], 8, temperature=0)
