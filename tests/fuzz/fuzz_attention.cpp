@@ -1,9 +1,11 @@
-// libFuzzer harness: wkv_attention on the CPU backend (the input layout is in README.md here).
+// libFuzzer harness: wkv_attention and wkv_attention_backward on the CPU backend (the input
+// layout is in README.md here).
 //
 // The property of every harness (fuzz_common.h): a status and a message, nothing touched that
 // was not given, every output element written after WKV_OK, VALID calls run and INVALID ones are
 // refused. On top, every call that runs on sane data is checked against a float64 softmax
-// attention computed here from the bytes the library was given.
+// attention (and its gradients, for the backward) computed here from the bytes the library was
+// given.
 #include "fuzz_common.h"
 
 using namespace fz;
@@ -13,6 +15,10 @@ namespace {
 enum Tensor { T_Q, T_K, T_V, T_O, T_LSE, T_COUNT };
 const char* const kNames[T_COUNT] = {"q", "k", "v", "o", "lse"};
 enum { kAttHeader = 40, kAttSpec = 8 };
+// The backward's bytes, after the five tensor specs: mode, defect, defect axis, data seed.
+enum { kBwd = kAttHeader + T_COUNT * kAttSpec };
+enum Grad { G_DOUT, G_DLSE, G_DQ, G_DK, G_DV, G_COUNT };
+const char* const kGradNames[G_COUNT] = {"dout", "dlse", "dq", "dk", "dv"};
 
 wkv_context* context(int threads) {
     static wkv_context* ctx[3];
@@ -500,6 +506,262 @@ struct Case {
                 }
         }
     }
+
+    // ------------------------------------------------------------------------ the backward
+    // After a forward that returned WKV_OK: wkv_attention_backward on the same descriptor (its o
+    // and lse now inputs), with dout / dlse / dq / dk / dv as byte kBwd and on ask.
+    Plan g[G_COUNT];
+    Verdict bverdict;
+    wkv_attention_backward_desc* bdesc = nullptr;
+    bool bdesc_null = false;
+
+    bool backward_wanted() const { return in.u8(kBwd) % 4 != 0; }
+
+    static void contiguous(Plan& t, bool heads_first) {
+        int order[4] = {0, 1, 2, 3};
+        if (heads_first && t.ndim == 4) order[1] = 2, order[2] = 1;  // [B, H, T, D] in memory
+        int64_t s = 1;
+        for (int d = t.ndim - 1; d >= 0; --d) t.strides[order[d]] = s, s *= std::max<int64_t>(t.shape[order[d]], 1);
+        t.explicit_strides = heads_first && t.ndim == 4;
+    }
+
+    // false: skip the backward (a valid call whose tensor does not fit a slot).
+    bool setup_backward() {
+        const uint8_t mode = in.u8(kBwd) % 4, defect = in.u8(kBwd + 1) % 14, axis = in.u8(kBwd + 2) % 4;
+        bverdict = verdict;  // the forward's, VALID or UNKNOWN: it returned WKV_OK
+        if (!p[T_LSE].present) bverdict.invalid("a backward of a forward without lse");
+        const wkv_dtype io = p[T_Q].dtype;
+        const int64_t qs[4] = {B, Tq, Hq, D}, kvs[4] = {B, Tk, Hkv, D}, ls[3] = {B, Hq, Tq};
+        for (int i = 0; i < G_COUNT; ++i) {
+            Plan& t = g[i];
+            t.output = i >= G_DQ;
+            t.ndim = i == G_DLSE ? 3 : 4;
+            memcpy(t.shape, i == G_DLSE ? ls : i == G_DK || i == G_DV ? kvs : qs, 8 * (size_t)t.ndim);
+            t.dtype = i == G_DLSE ? WKV_DTYPE_F32 : io;
+        }
+        g[G_DLSE].present = mode >= 2;
+        const bool f16 = io.code == WKV_DTYPE_CODE_FLOAT && io.bits == 16;
+        switch (defect) {
+        case 1: g[G_DQ].shape[axis] += 1, bverdict.invalid("dq's shape is not q's"); break;
+        case 2: g[G_DK].dtype = f16 ? WKV_DTYPE_BF16 : WKV_DTYPE_F16, bverdict.invalid("dk's dtype is not q's"); break;
+        case 3: g[G_DOUT].present = false, bverdict.invalid("dout.data NULL"); break;
+        case 4: if (g[G_DLSE].present) g[G_DLSE].dtype = WKV_DTYPE_F16, bverdict.invalid("dlse not float32"); break;
+        case 5: if (g[G_DLSE].present) g[G_DLSE].shape[2] += 1, bverdict.invalid("dlse one row too long"); break;
+        case 9: bverdict.invalid("struct_size - 1"); break;
+        case 10: bverdict.invalid("forward NULL"); break;
+        case 11: bdesc_null = true, bverdict.invalid("desc NULL"); break;
+        case 12: bverdict.invalid("dv on a CUDA device"); break;
+        case 13: g[G_DQ].ndim = 3, bverdict.invalid("dq.ndim 3"); break;
+        default: break;
+        }
+        Arena& A = Arena::get();
+        for (int i = 0; i < G_COUNT; ++i) {
+            Plan& t = g[i];
+            t.es = t.dtype.bits / 8;
+            contiguous(t, mode == 3 && i != G_DLSE);
+            if (!t.present) continue;
+            int64_t n = 1;
+            for (int d = 0; d < t.ndim; ++d) n *= std::max<int64_t>(t.shape[d], 0);
+            t.bytes = n * t.es;
+            if (t.bytes > (int64_t)(kBig - 64)) {
+                if (bverdict.v != INVALID) return false;
+                t.first = A.trap + 512 * (size_t)i;
+                continue;
+            }
+            t.region = regs.place(big(), kBig, (size_t)t.bytes, 0, kGradNames[i]);
+            t.first = regs.r[(size_t)t.region].start;
+            t.real = n > 0;
+        }
+        // aliasing: dq on q, dv on dout, dk on dv (where the moved tensor fits)
+        auto share = [&](Plan& x, const Plan& y, int region) {
+            if (!x.real || !y.real || x.es != y.es || region < 0 || x.bytes > (int64_t)regs.r[(size_t)region].len)
+                return false;
+            x.first = y.first, x.region = region;
+            return true;
+        };
+        if (defect == 6 && p[T_Q].lo == 0 && share(g[G_DQ], p[T_Q], p[T_Q].region)) bverdict.invalid("dq aliases q");
+        if (defect == 7 && share(g[G_DV], g[G_DOUT], g[G_DOUT].region)) bverdict.invalid("dv aliases dout");
+        if (defect == 8 && share(g[G_DK], g[G_DV], g[G_DV].region)) bverdict.invalid("dk aliases dv");
+        Rng rng(in.u32(kBwd + 4));
+        const uint8_t data = in.u8(32) % 4;
+        for (int i = 0; i < G_COUNT; ++i) {
+            Plan& t = g[i];
+            if (!t.real || !t.present) continue;
+            uint8_t pat[8];
+            poison_pattern(t.es, t.dtype.code, pat);
+            for_each(t, [&](uint8_t* at) FZ_NOCOV {
+                if (t.output) {
+                    memcpy(at, pat, (size_t)t.es);
+                    return;
+                }
+                float f = rng.uniform(-1.0f, 1.0f);
+                if (data == 2 && rng.next() % 97 == 0) f = (rng.next() & 1) ? NAN : INFINITY;
+                from_float(at, t.dtype, f);
+            });
+        }
+        // the descriptor
+        for (int i = 0; i < G_COUNT; ++i) {
+            Plan& t = g[i];
+            t.t = wkv_tensor{};
+            if (!t.present) continue;
+            t.t.data = t.first;
+            t.t.device = wkv_device{i == G_DV && defect == 12 ? WKV_DEVICE_CUDA : WKV_DEVICE_CPU, 0};
+            t.t.ndim = t.ndim;
+            t.t.dtype = t.dtype;
+            t.t.shape = array(t.shape, t.ndim, kGradNames[i]);
+            t.t.strides = t.explicit_strides ? array(t.strides, t.ndim, kGradNames[i]) : nullptr;
+        }
+        const size_t sz = sizeof(wkv_attention_backward_desc);
+        int ri = regs.place(big(), kBig, sz, 0, "the attention backward descriptor");
+        bdesc = (wkv_attention_backward_desc*)regs.r[(size_t)ri].start;
+        memset((void*)bdesc, 0, sz);
+        bdesc->struct_size = defect == 9 ? sz - 1 : sz;
+        bdesc->forward = defect == 10 ? nullptr : desc;
+        bdesc->dout = g[G_DOUT].t, bdesc->dlse = g[G_DLSE].t;
+        bdesc->dq = g[G_DQ].t, bdesc->dk = g[G_DK].t, bdesc->dv = g[G_DV].t;
+        return true;
+    }
+
+    FZ_NOCOV void allow_gradients() {
+        for (int i = G_DQ; i < G_COUNT; ++i) {
+            Plan& t = g[i];
+            if (!t.real) continue;
+            Region& r = regs.r[(size_t)t.region];
+            uint8_t pat[8];
+            poison_pattern(t.es, t.dtype.code, pat);
+            int64_t unwritten = 0, total = 0;
+            for_each(t, [&](uint8_t* at) FZ_NOCOV {
+                for (int k = 0; k < t.es; ++k) r.may_write[(size_t)(at - r.start) + (size_t)k] = 1;
+                ++total;
+                if (memcmp(at, pat, (size_t)t.es) == 0) ++unwritten;
+            });
+            FZ_CHECK(unwritten == 0, "wkv_attention_backward returned WKV_OK but left %lld of %lld elements of %s "
+                     "unwritten", (long long)unwritten, (long long)total, kGradNames[i]);
+        }
+    }
+
+    FZ_NOCOV double grad_at(int i, int64_t b, int64_t t, int64_t h, int64_t d) const {
+        const Plan& q = g[i];
+        if (i == G_DLSE) {
+            if (!q.present || !q.real) return 0.0;
+            return to_float(q.first + 4 * (b * q.strides[0] + h * q.strides[1] + t * q.strides[2]), q.dtype);
+        }
+        return to_float(q.first + q.es * (b * q.strides[0] + t * q.strides[1] + h * q.strides[2] + d * q.strides[3]),
+                        q.dtype);
+    }
+
+    // The gradients of the float64 definition against dq, dk, dv, on sane data: with P the
+    // softmax, delta = dout . o - dlse per row, dS = P (dout . v - delta):
+    // dq = scale dS k, dk = scale dS^T q, dv = P^T dout.
+    FZ_NOCOV void check_gradients() {
+        if (!sane) return;
+        const bool f32 = p[T_Q].dtype.bits == 32, bf16 = p[T_Q].dtype.code == WKV_DTYPE_CODE_BFLOAT;
+        const double tol = f32 ? (in.u8(32) % 4 == 1 ? 1e-3 : 1e-4) : bf16 ? 6e-2 : 1e-2;
+        const double sc = scale != 0.0f ? (double)scale : 1.0 / std::sqrt((double)D);
+        const int64_t seqs = num_seqs > 0 ? num_seqs : B, group = Hq / Hkv;
+        auto qi = [&](int64_t b, int64_t t, int64_t h) { return (size_t)(((b * Tq + t) * Hq + h) * D); };
+        auto ki = [&](int64_t b, int64_t t, int64_t h) { return (size_t)(((b * Tk + t) * Hkv + h) * D); };
+        std::vector<double> dq((size_t)(B * Tq * Hq * D)), dk((size_t)(B * Tk * Hkv * D)), dv(dk.size());
+        // The backward reads o as the forward stored it, rounded to the I/O dtype: delta is off
+        // by up to eps * sum |dout o|, and dS by P times that; slack_* carry what that does to
+        // dq and dk, element by element.
+        const double eps = f32 ? 1e-6 : bf16 ? 8e-3 : 1e-3;
+        std::vector<double> slack_dq(dq.size()), slack_dk(dk.size());
+        std::vector<double> s((size_t)Tk + 1), o((size_t)D);
+        for (int64_t sq = 0; sq < seqs; ++sq) {
+            const int64_t b = num_seqs > 0 ? 0 : sq;
+            const int64_t q0 = num_seqs > 0 ? qoff[sq] : 0, q1 = num_seqs > 0 ? qoff[sq + 1] : Tq;
+            const int64_t k0 = num_seqs > 0 ? koff[sq] : 0, k1 = num_seqs > 0 ? koff[sq + 1] : Tk;
+            for (int64_t h = 0; h < Hq; ++h) {
+                const int64_t hk = h / group;
+                for (int64_t t = q0; t < q1; ++t) {
+                    const int64_t last = causal ? std::min(k1 - 1, k0 + (t - q0) + ((k1 - k0) - (q1 - q0))) : k1 - 1;
+                    if (last < k0) continue;
+                    double m = -INFINITY, sum = 0;
+                    for (int64_t j = k0; j <= last; ++j) {
+                        double dot = 0;
+                        for (int64_t d = 0; d < D; ++d) dot += (double)at(T_Q, b, t, h, d) * at(T_K, b, j, hk, d);
+                        s[(size_t)(j - k0)] = sc * dot, m = std::max(m, sc * dot);
+                    }
+                    for (int64_t j = k0; j <= last; ++j) sum += std::exp(s[(size_t)(j - k0)] - m);
+                    std::fill(o.begin(), o.end(), 0.0);
+                    for (int64_t j = k0; j <= last; ++j) {
+                        double pj = std::exp(s[(size_t)(j - k0)] - m) / sum;
+                        s[(size_t)(j - k0)] = pj;
+                        for (int64_t d = 0; d < D; ++d) o[(size_t)d] += pj * at(T_V, b, j, hk, d);
+                    }
+                    double delta = -grad_at(G_DLSE, b, t, h, 0), delta_err = 0;
+                    for (int64_t d = 0; d < D; ++d) {
+                        delta += grad_at(G_DOUT, b, t, h, d) * o[(size_t)d];
+                        delta_err += eps * std::fabs(grad_at(G_DOUT, b, t, h, d) * o[(size_t)d]);
+                    }
+                    for (int64_t j = k0; j <= last; ++j) {
+                        const double pj = s[(size_t)(j - k0)];
+                        double dp = 0;
+                        for (int64_t d = 0; d < D; ++d) dp += grad_at(G_DOUT, b, t, h, d) * at(T_V, b, j, hk, d);
+                        const double ds = pj * (dp - delta);
+                        for (int64_t d = 0; d < D; ++d) {
+                            dq[qi(b, t, h) + (size_t)d] += sc * ds * at(T_K, b, j, hk, d);
+                            dk[ki(b, j, hk) + (size_t)d] += sc * ds * at(T_Q, b, t, h, d);
+                            slack_dq[qi(b, t, h) + (size_t)d] += std::fabs(sc * pj * delta_err * at(T_K, b, j, hk, d));
+                            slack_dk[ki(b, j, hk) + (size_t)d] += std::fabs(sc * pj * delta_err * at(T_Q, b, t, h, d));
+                            dv[ki(b, j, hk) + (size_t)d] += pj * grad_at(G_DOUT, b, t, h, d);
+                        }
+                    }
+                }
+            }
+        }
+        // each gradient against its own largest element: a missing or extra key is off by a
+        // share of it; rounding of the 16-bit outputs and of the stored o stays well inside
+        const std::vector<double>* want[3] = {&dq, &dk, &dv};
+        const std::vector<double>* slack[3] = {&slack_dq, &slack_dk, nullptr};
+        for (int k = 0; k < 3; ++k) {
+            const int i = G_DQ + k;
+            if (!g[i].real) continue;
+            const int64_t T = i == G_DQ ? Tq : Tk, H = i == G_DQ ? Hq : Hkv;
+            double top = 0;
+            for (double x : *want[k]) top = std::max(top, std::fabs(x));
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t t = 0; t < T; ++t)
+                    for (int64_t h = 0; h < H; ++h)
+                        for (int64_t d = 0; d < D; ++d) {
+                            const size_t e = (size_t)(((b * T + t) * H + h) * D + d);
+                            const double w = (*want[k])[e], got = grad_at(i, b, t, h, d);
+                            const double sl = slack[k] ? 2 * (*slack[k])[e] : 0.0;
+                            FZ_CHECK(std::fabs(got - w) <= tol * top + sl + 1e-6,
+                                     "wkv_attention_backward: %s[%lld, %lld, %lld, %lld] = %.8g, the float64 "
+                                     "gradient gives %.8g (largest %.3g; B=%lld Tq=%lld Tk=%lld Hq=%lld Hkv=%lld "
+                                     "D=%lld causal %d, num_seqs %lld, dlse %d)", kGradNames[i], (long long)b,
+                                     (long long)t, (long long)h, (long long)d, got, w, top, (long long)B,
+                                     (long long)Tq, (long long)Tk, (long long)Hq, (long long)Hkv, (long long)D,
+                                     (int)causal, (long long)num_seqs, (int)g[G_DLSE].present);
+                        }
+        }
+    }
+
+    FZ_NOCOV void run_backward(Stats& stats) {
+        regs.disarm();
+        if (!setup_backward()) return stats.skipped++, void();
+        regs.arm();  // every region again: the forward's outputs are inputs now
+        if (getenv("WKV_FUZZ_DUMP"))
+            fprintf(stderr, "wkv_attention_backward: mode %d defect %d dlse %s verdict %s (%s)\n",
+                    in.u8(kBwd) % 4, in.u8(kBwd + 1) % 14, g[G_DLSE].present ? "given" : "absent",
+                    vname(bverdict.v), bverdict.why);
+        wkv_status st = wkv_attention_backward(ctx, bdesc_null ? nullptr : bdesc);
+        check_status(st, "wkv_attention_backward");
+        check_message(wkv_last_error(ctx), st == WKV_OK, "wkv_attention_backward");
+        stats.calls[bverdict.v][st]++;
+        if (bverdict.v == VALID)
+            FZ_CHECK(st == WKV_OK, "wkv_attention_backward refused a valid call (%s): %s", wkv_status_string(st),
+                     wkv_last_error(ctx));
+        if (bverdict.v == INVALID)
+            FZ_CHECK(st != WKV_OK, "wkv_attention_backward accepted an invalid call (%s)", bverdict.why);
+        if (st == WKV_OK) {
+            allow_gradients();
+            check_gradients();
+        }
+        regs.verify(st == WKV_OK, "wkv_attention_backward");
+    }
 };
 
 }  // namespace
@@ -530,6 +792,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FZ_CHECK(st == WKV_OK, "wkv_attention: the same call failed the second time (%d)", (int)st);
         FZ_CHECK(!memcmp(first.data(), o.start, o.len), "wkv_attention: o differs between two identical calls");
     }
+    if (st == WKV_OK && c.ctx && c.backward_wanted()) c.run_backward(stats);
     c.regs.disarm();
     return 0;
 }

@@ -194,8 +194,8 @@ def attention_seeds():
     tens = {"layout": 0, "axis": 1, "defect": 2, "alias": 3, "mis": 4}
     names = ["q", "k", "v", "o", "lse"]
 
-    def att(dims=(1, 4, 4, 1, 1, 8), head=None, tensors=None, cuts=(), raw=None):
-        b = bytearray(40 + 8 * len(names))
+    def att(dims=(1, 4, 4, 1, 1, 8), head=None, tensors=None, cuts=(), raw=None, bwd=None):
+        b = bytearray(40 + 8 * len(names) + 8)
         B, Tq, Tk, Hkv, g, D = dims
         h = {"B": B - 1, "Tq": Tq, "Tk": Tk, "Hkv": Hkv - 1, "group": g - 1,
              "D": {64: 250, 128: 251, 256: 252, 257: 253}.get(D, D - 1)}
@@ -209,6 +209,8 @@ def attention_seeds():
         for name, fields in (tensors or {}).items():
             for k, v in fields.items():
                 b[40 + 8 * names.index(name) + tens[k]] = v & 0xFF
+        for i, v in enumerate(bwd or ()):  # the backward: mode, defect, defect axis
+            b[80 + i] = v
         return bytes(b).rstrip(b"\0") or b"\0"
 
     s = {"plain": att(), "empty_input": b"\0"}
@@ -257,6 +259,30 @@ def attention_seeds():
     s["decode_gqa_causal"] = att((2, 1, 70, 2, 4, 32), {"flags": 1, "lse": 1})
     s["decode_padded_v"] = att((1, 2, 65, 1, 3, 16), tensors={"v": {"layout": 3, "axis": 2}})
     s["twice_3_threads"] = att((3, 17, 17, 1, 2, 24), {"ctx": 2 | 4, "flags": 1, "lse": 1})
+    # the backward (byte 80: 1 plain, 2 with dlse, 3 with dlse and [B, H, T, D] strides)
+    s["bwd_plain"] = att((1, 9, 9, 1, 1, 16), {"lse": 1}, bwd=(1,))
+    s["bwd_causal_gqa_dlse"] = att((2, 9, 9, 2, 3, 16), {"flags": 1, "lse": 1}, bwd=(2,))
+    s["bwd_strided"] = att((2, 7, 11, 2, 2, 24), {"flags": 1, "lse": 1}, bwd=(3,))
+    s["bwd_rows_without_keys"] = att((1, 12, 5, 1, 2, 8), {"flags": 1, "lse": 1}, bwd=(2,))
+    s["bwd_keys_nobody_sees"] = att((1, 5, 17, 1, 1, 8), {"flags": 1, "lse": 1}, bwd=(1,))
+    s["bwd_decode"] = att((2, 1, 40, 2, 4, 32), {"flags": 1, "lse": 1}, bwd=(2,))
+    for D in (64, 128, 256):
+        s[f"bwd_head_dim_{D}"] = att((1, 3, 5, 1, 1, D), {"lse": 1}, bwd=(2,))
+    for dt, name in ((1, "f16"), (2, "bf16")):
+        s[f"bwd_dtype_{name}"] = att((1, 7, 7, 1, 2, 16), {"dtype": dt, "flags": 1, "lse": 1}, bwd=(3,))
+    s["bwd_large_logits"] = att((1, 20, 20, 1, 1, 32), {"data": 1, "flags": 1, "lse": 1}, bwd=(2,))
+    s["bwd_specials"] = att((1, 6, 6, 1, 1, 8), {"data": 2, "lse": 1}, bwd=(2,))
+    s["bwd_packed"] = att((1, 20, 24, 1, 2, 8), {"pack": 1, "nseq": 2, "flags": 1, "lse": 1},
+                          cuts=(3, 7, 11, 0, 5, 9, 20), bwd=(2,))
+    s["bwd_tq_zero"] = att((1, 0, 6, 1, 1, 8), {"lse": 1}, bwd=(1,))
+    s["bwd_tk_zero"] = att((1, 6, 0, 1, 1, 8), {"lse": 1}, bwd=(2,))
+    s["bwd_3_threads"] = att((3, 17, 17, 1, 2, 24), {"ctx": 2, "flags": 1, "lse": 1}, bwd=(2,))
+    s["bwd_without_lse"] = att((1, 4, 4, 1, 1, 8), bwd=(1,))
+    # f16 with gradients of ~1e-2: the stored o's rounding is a visible share of them (the slack)
+    s["bwd_f16_small_gradients"] = att((1, 4, 4, 1, 1, 2), {"dtype": 1, "lse": 1, "pack": 1, "data": 0},
+                                       raw={28: 0xB5B5B5B5}, bwd=(1,))
+    for d in range(1, 14):
+        s[f"bwd_defect_{d}"] = att((1, 6, 6, 1, 2, 8), {"lse": 1}, bwd=(2, d, 3))
     return s
 
 
