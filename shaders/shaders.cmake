@@ -50,6 +50,14 @@ set(WKV_SHADER_VARIANTS
   "attn_fwd_rolled|attn_fwd.comp|WKV_ROLLED=1"
   "attn_fwd_s16_rolled|attn_fwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
   "attn_fwd_nosg|attn_fwd.comp|WKV_NO_SUBGROUP=1 WKV_ROLLED=1"
+  "attn_bwd_kv|attn_bwd.comp|WKV_ATTN_KV=1"
+  "attn_bwd_kv_s16|attn_bwd.comp|WKV_ATTN_KV=1 WKV_STORAGE16=1"
+  "attn_bwd_kv_rolled|attn_bwd.comp|WKV_ATTN_KV=1 WKV_ROLLED=1"
+  "attn_bwd_kv_s16_rolled|attn_bwd.comp|WKV_ATTN_KV=1 WKV_STORAGE16=1 WKV_ROLLED=1"
+  "attn_bwd_q|attn_bwd.comp|"
+  "attn_bwd_q_s16|attn_bwd.comp|WKV_STORAGE16=1"
+  "attn_bwd_q_rolled|attn_bwd.comp|WKV_ROLLED=1"
+  "attn_bwd_q_s16_rolled|attn_bwd.comp|WKV_STORAGE16=1 WKV_ROLLED=1"
 )
 # The Vulkan version the SPIR-V targets (glslangValidator --target-env, spirv-val --target-env).
 set(WKV_SHADER_TARGET_ENV vulkan1.1)

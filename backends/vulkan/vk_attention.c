@@ -13,7 +13,14 @@
  *
  * PARAMETER BLOCK (std430, attn_fwd.comp Params): gpu_attn_header (48 bytes), gpu_tensor td[5]
  * (q, k, v, o, lse), then per sequence two ivec4: (q0, q1, k0, k1), (batch, tiles before it,
- * 0, 0). Items: (tile, query head), item = tile * Hq + head, tiles over every sequence. */
+ * 0, 0). Items: (tile, query head), item = tile * Hq + head, tiles over every sequence.
+ *
+ * BACKWARD (shaders/attn_bwd.comp): two dispatches in one submission, independent of each
+ * other (each writes its own outputs, both only read): attn_bwd_kv over (key tile of 64, kv
+ * head) writes dk and dv, attn_bwd_q over (query tile of 64, query head) writes dq. One
+ * invocation per key / row, no subgroup operations, so one configuration for every device.
+ * Its parameter block: the same header, td[10] (q k v o lse dout dlse dq dk dv), per sequence
+ * (q0, q1, k0, k1), (batch, query tiles before it, key tiles before it, 0). */
 #include <stdio.h>
 #include <string.h>
 
@@ -68,9 +75,10 @@ typedef struct attn_params {
     int64_t block_q;
 } attn_params;
 
-static void write_attn_params(char* base, const op_plan* op, const void* data) {
-    const wkv_attention_problem* p = ((const attn_params*)data)->p;
-    const int64_t bq = ((const attn_params*)data)->block_q;
+/* The header, `slots` tensor descriptors, and per sequence (q0, q1, k0, k1), (batch, query
+ * tiles of bq rows before it, key tiles of bk keys before it (bk 0: 0), 0). */
+static void write_params(char* base, const op_plan* op, const wkv_attention_problem* p, int slots, int64_t bq,
+                         int64_t bk) {
     gpu_attn_header h;
     memset(&h, 0, sizeof h);
     h.B = (int32_t)p->B, h.Tq = (int32_t)p->Tq, h.Tk = (int32_t)p->Tk;
@@ -78,17 +86,23 @@ static void write_attn_params(char* base, const op_plan* op, const void* data) {
     h.causal = p->causal, h.num_seqs = (int32_t)p->num_seqs, h.scale = p->scale;
     memcpy(base, &h, sizeof h);
     gpu_tensor* td = (gpu_tensor*)(base + sizeof h);
-    for (int s = 0; s < ATTN_SLOTS; ++s) td[s] = op->slot[s].d;
-    int32_t* seqs = (int32_t*)(td + ATTN_SLOTS);
-    int64_t tiles = 0;
+    for (int s = 0; s < slots; ++s) td[s] = op->slot[s].d;
+    int32_t* seqs = (int32_t*)(td + slots);
+    int64_t q_tiles = 0, k_tiles = 0;
     for (int64_t s = 0; s < p->num_seqs; ++s) {
         int64_t b, q0, q1, k0, k1;
         wkv_attention_sequence(p, s, &b, &q0, &q1, &k0, &k1);
         int32_t* e = seqs + 8 * s;
         e[0] = (int32_t)q0, e[1] = (int32_t)q1, e[2] = (int32_t)k0, e[3] = (int32_t)k1;
-        e[4] = (int32_t)b, e[5] = (int32_t)tiles, e[6] = e[7] = 0;
-        tiles += (q1 - q0 + bq - 1) / bq;
+        e[4] = (int32_t)b, e[5] = (int32_t)q_tiles, e[6] = (int32_t)k_tiles, e[7] = 0;
+        q_tiles += (q1 - q0 + bq - 1) / bq;
+        if (bk) k_tiles += (k1 - k0 + bk - 1) / bk;
     }
+}
+
+static void write_attn_params(char* base, const op_plan* op, const void* data) {
+    const attn_params* a = (const attn_params*)data;
+    write_params(base, op, a->p, ATTN_SLOTS, a->block_q, 0);
 }
 
 static int buffers_only(const wkv_attention_problem* p) {
@@ -167,6 +181,108 @@ wkv_status wkv_vk_attention(void* state, const wkv_attention_problem* p, wkv_mes
     wkv_vk_state* st = (wkv_vk_state*)state;
     wkv_status s = vkw_call_begin(st, buffers_only(p), msg);
     if (s == WKV_OK) s = run(st, p, msg);
+    st->call_async = st->appending = st->batching = 0;
+    return s;
+}
+
+/* ---------------------------------------------------------------------------- backward */
+
+enum { BWD_SLOTS = 10, BWD_TILE = ATTN_WG };
+
+static void write_bwd_params(char* base, const op_plan* op, const void* data) {
+    write_params(base, op, &((const wkv_attention_backward_problem*)data)->fwd, BWD_SLOTS, BWD_TILE, BWD_TILE);
+}
+
+static int bwd_buffers_only(const wkv_attention_backward_problem* bp) {
+    const wkv_view* v[5] = {&bp->dout, &bp->dq, &bp->dk, &bp->dv, &bp->dlse};
+    for (int i = 0; i < 5; ++i)
+        if (v[i]->data && !bp->mem[i].buffer) return 0;
+    return buffers_only(&bp->fwd);
+}
+
+static wkv_status run_backward(wkv_vk_state* st, const wkv_attention_backward_problem* bp, wkv_message* msg) {
+    const wkv_attention_problem* p = &bp->fwd;
+    if (p->D > ATTN_MAX_D)
+        return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED, "attention head dim D = %lld: this backend takes D <= %d",
+                           (long long)p->D, ATTN_MAX_D);
+    const int64_t bk = keys_per_block(p->D), group = p->Hq / p->Hkv;
+    int64_t q_tiles = 0, k_tiles = 0, longest_q = 0, longest_k = 0;
+    for (int64_t s = 0; s < p->num_seqs; ++s) {
+        int64_t b, q0, q1, k0, k1;
+        wkv_attention_sequence(p, s, &b, &q0, &q1, &k0, &k1);
+        q_tiles += (q1 - q0 + BWD_TILE - 1) / BWD_TILE;
+        k_tiles += (k1 - k0 + BWD_TILE - 1) / BWD_TILE;
+        if (q1 - q0 > longest_q) longest_q = q1 - q0;
+        if (k1 - k0 > longest_k) longest_k = k1 - k0;
+    }
+    if (p->Tq > INT32_MAX / 2 || p->Tk > INT32_MAX / 2 || p->num_seqs > INT32_MAX / 8 ||
+        q_tiles * p->Hq > INT32_MAX / 2 || k_tiles * p->Hkv > INT32_MAX / 2)
+        return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED, "attention: Tq, Tk or the number of tiles beyond 2^30");
+    /* lavapipe's 65535 loop iterations per invocation (the forward's run()): per block of bk
+     * keys (dq) or rows (dk, dv) the load loop and bk times the rolled loops over D */
+    if (strncmp(st->props.deviceName, "llvmpipe", 8) == 0) {
+        const int64_t dr = (p->D + 15) / 16, load = (bk * p->D + ATTN_WG - 1) / ATTN_WG;
+        const int64_t q_count = ((longest_k + bk - 1) / bk) * (2 + load + bk * (1 + 3 * dr)) + 8 * dr;
+        const int64_t kv_count = group * ((longest_q + bk - 1) / bk) * (2 + load + dr + bk * (1 + 4 * dr)) + 8 * dr;
+        const int64_t count = q_count > kv_count ? q_count : kv_count;
+        if (count > 60000)
+            return wkv_vk_fail(msg, WKV_ERROR_UNSUPPORTED,
+                               "attention backward over %lld rows x %lld keys (%lld query heads per kv head) at "
+                               "D = %lld needs ~%lld loop iterations in one shader invocation; lavapipe stops at "
+                               "65535 (a software-rasteriser limit): split the sequence or use another device",
+                               (long long)longest_q, (long long)longest_k, (long long)group, (long long)p->D,
+                               (long long)count);
+    }
+    const int64_t kv_items = k_tiles * p->Hkv, q_items = q_tiles * p->Hq;
+    if (kv_items == 0 && q_items == 0) return WKV_OK; /* no key and no row: nothing to write */
+
+    op_plan op;
+    memset(&op, 0, sizeof op);
+    op.S = p->num_seqs;
+    op.params_bytes = sizeof(gpu_attn_header) + BWD_SLOTS * sizeof(gpu_tensor) + 32u * (uint64_t)p->num_seqs;
+    const wkv_view* views[BWD_SLOTS] = {&p->q, &p->k, &p->v, &p->o, &p->lse,
+                                        &bp->dout, &bp->dlse, &bp->dq, &bp->dk, &bp->dv};
+    const wkv_buffer_ref* mems[BWD_SLOTS] = {&p->mem[0], &p->mem[1], &p->mem[2], &p->mem[3], &p->mem[4],
+                                             &bp->mem[0], &bp->mem[4], &bp->mem[1], &bp->mem[2], &bp->mem[3]};
+    static const char* names[BWD_SLOTS] = {"q", "k", "v", "o", "lse", "dout", "dlse", "dq", "dk", "dv"};
+    const int64_t qx[4] = {p->B, p->Tq, p->Hq, p->D}, kx[4] = {p->B, p->Tk, p->Hkv, p->D};
+    const int64_t lx[4] = {p->B, p->Tq, p->Hq, 1};
+    const int64_t* ext[BWD_SLOTS] = {qx, kx, kx, qx, lx, qx, lx, qx, kx, kx};
+    wkv_status s;
+    for (int i = 0; i < BWD_SLOTS; ++i)
+        if ((s = wkv_vk_plan_view(st, views[i], mems[i], ext[i], &op.slot[i], names[i], i >= 7, msg))) return s;
+    const vkw_spec spec = {(int)p->D, (int)bk, 1, -1};
+    VkPipeline pipes[2];
+    if ((s = wkv_vk_pipeline(st, WKV_VK_KERNEL_ATTN_BWD_KV, spec, &pipes[0], msg))) return s;
+    if ((s = wkv_vk_pipeline(st, WKV_VK_KERNEL_ATTN_BWD_Q, spec, &pipes[1], msg))) return s;
+    if ((s = wkv_vk_stage(st, &op, write_bwd_params, bp, msg))) return s;
+    VkDescriptorSet sets[2];
+    if ((s = wkv_vk_descriptor_sets(st, WKV_VK_KERNEL_ATTN_BWD_KV, 1, WKV_VK_KERNEL_ATTN_BWD_Q, sets, msg))) return s;
+    wkv_vk_write_set(st, WKV_VK_KERNEL_ATTN_BWD_KV, sets[0], &op, NULL, NULL, NULL);
+    wkv_vk_write_set(st, WKV_VK_KERNEL_ATTN_BWD_Q, sets[1], &op, NULL, NULL, NULL);
+    if ((s = wkv_vk_record_upload(st, &op, msg))) return s;
+    const int kernels[2] = {WKV_VK_KERNEL_ATTN_BWD_KV, WKV_VK_KERNEL_ATTN_BWD_Q};
+    const int64_t items[2] = {kv_items, q_items};
+    const int64_t max_groups = (int64_t)st->props.limits.maxComputeWorkGroupCount[0];
+    for (int k = 0; k < 2; ++k) {
+        if (items[k] == 0) continue;
+        const vkw_kernel* kern = &st->kernels[kernels[k]];
+        st->fn.vkCmdBindPipeline(st->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipes[k]);
+        st->fn.vkCmdBindDescriptorSets(st->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, kern->layout, 0, 1, &sets[k], 0, NULL);
+        for (int64_t i0 = 0; i0 < items[k]; i0 += max_groups) {
+            const int64_t n = items[k] - i0 < max_groups ? items[k] - i0 : max_groups;
+            gpu_push pc = {(int32_t)i0, 0, 0, 0};
+            st->fn.vkCmdPushConstants(st->cmd, kern->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
+            st->fn.vkCmdDispatch(st->cmd, (uint32_t)n, 1, 1);
+        }
+    }
+    return wkv_vk_finish_and_download(st, &op, msg);
+}
+
+wkv_status wkv_vk_attention_backward(void* state, const wkv_attention_backward_problem* p, wkv_message* msg) {
+    wkv_vk_state* st = (wkv_vk_state*)state;
+    wkv_status s = vkw_call_begin(st, bwd_buffers_only(p), msg);
+    if (s == WKV_OK) s = run_backward(st, p, msg);
     st->call_async = st->appending = st->batching = 0;
     return s;
 }

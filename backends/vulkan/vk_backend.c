@@ -124,7 +124,7 @@ static const wkv_backend_iface k_iface = {
     /* .forward_scratch_size = */ NULL, /* the forwards need no scratch */
     /* .attention      = */ wkv_vk_attention,
     /* .attention_configs = */ wkv_vk_attention_configs,
-    /* .attention_backward = */ NULL, /* no attention backward kernel yet */
+    /* .attention_backward = */ wkv_vk_attention_backward,
 };
 
 __attribute__((visibility("default"))) const wkv_backend_iface* wkv_plugin_entry(uint32_t core_abi) {

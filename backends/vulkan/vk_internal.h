@@ -53,7 +53,9 @@ enum {
     WKV_VK_KERNEL_RWKV4_BWD = 5,
     WKV_VK_KERNEL_REDUCE = 6, /* the backward's per-sequence partials of du (RWKV-6), dw + du (RWKV-4) */
     WKV_VK_KERNEL_ATTN = 7,   /* softmax attention forward (vk_attention.c) */
-    WKV_VK_KERNELS = 8
+    WKV_VK_KERNEL_ATTN_BWD_KV = 8, /* its backward: dk, dv (shaders/attn_bwd.comp, WKV_ATTN_KV) */
+    WKV_VK_KERNEL_ATTN_BWD_Q = 9,  /* its backward: dq */
+    WKV_VK_KERNELS = 10
 };
 /* Bindings beyond the tensor slots (binding = slot + 1; 0 is the parameter block). */
 enum { WKV_VK_BINDING_CKPT = 21, WKV_VK_BINDING_REPLAY = 22, WKV_VK_BINDING_PART = 23, WKV_VK_MAX_BINDINGS = 24 };
@@ -399,6 +401,7 @@ wkv_status wkv_vk_rwkv4_backward(wkv_vk_state* st, const wkv_problem* p, wkv_mes
 wkv_status wkv_vk_rwkv4_workspace_size(wkv_vk_state* st, const wkv_problem* p, size_t* out, wkv_message* msg);
 /* vk_attention.c */
 wkv_status wkv_vk_attention(void* state, const wkv_attention_problem* p, wkv_message* msg);
+wkv_status wkv_vk_attention_backward(void* state, const struct wkv_attention_backward_problem* p, wkv_message* msg);
 int32_t wkv_vk_attention_configs(void* state, wkv_attention_config* out, int32_t capacity);
 /* The forward's specialisation for p: lanes per row, tokens per chunk, dtype (vk_rwkv7.c). */
 vkw_spec wkv_vk_forward_spec(const wkv_vk_state* st, const wkv_problem* p);

@@ -31,6 +31,9 @@ static const kernel_def k_kernels[WKV_VK_KERNELS] = {
     {"wkv4_bwd", {S_W, S_K, S_V, S_U, S_SIN, S_DY, S_DSOUT, S_DK, S_DV, S_DSIN}, 10, WS_CKPT | WS_REPLAY | WS_PART},
     {"wkv_reduce", {S_W, S_DW, S_DU}, 3, WS_PART},
     {"attn_fwd", {0, 1, 2, 3, 4}, 5, 0}, /* q k v o lse (vk_attention.c), bindings 1..5 */
+    /* q k v o lse dout dlse dq dk dv (vk_attention.c), bindings 1..10 */
+    {"attn_bwd_kv", {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 10, 0},
+    {"attn_bwd_q", {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 10, 0},
 };
 
 static const wkv_vk_spirv* find_spirv(const char* name) {

@@ -509,8 +509,8 @@ WKV_API wkv_status wkv_attention(wkv_context* ctx, const wkv_attention_desc* des
  * forward call wrote them (so the forward must have asked for lse); forward->config is not read
  * (the backward has its own tiles). dout, dq, dk, dv share q's dtype; computed in float32; no
  * workspace; the result does not depend on the thread count (no atomics). A key no row sees
- * gets dk = dv = 0; a row that sees no key gets dq = 0. Backends: CPU; the others answer
- * WKV_ERROR_UNSUPPORTED. */
+ * gets dk = dv = 0; a row that sees no key gets dq = 0. Backends: CPU and Vulkan (D <= 256);
+ * CUDA answers WKV_ERROR_UNSUPPORTED. */
 typedef struct wkv_attention_backward_desc {
     size_t struct_size;                 /* sizeof(wkv_attention_backward_desc) */
     const wkv_attention_desc* forward;  /* the forward call (its o and lse are inputs here) */

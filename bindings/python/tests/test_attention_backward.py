@@ -189,3 +189,35 @@ def test_bad_inputs_are_named(rng):
         wkv.attention_backward(q, k, v, o, lse, g, dq_out=g)
     with pytest.raises(TypeError, match="lse is required"):
         wkv.attention_backward(q, k, v, o, None, q)
+
+
+def _vulkan():
+    try:
+        return wkv.Context("vulkan")
+    except (wkv.WkvError, OSError):
+        return None
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_vulkan_context_against_torch_autograd_float64(rng, causal):
+    """The backward on the Vulkan backend (lavapipe in CI): numpy float32 with dlse against the
+    oracle, and autograd through wkv.torch.attention in bf16 under use_context."""
+    ctx = _vulkan()
+    if ctx is None:
+        pytest.skip("no Vulkan device")
+    f = lambda x: x.astype(np.float32)  # noqa: E731
+    q, k, v = (f(rng.standard_normal(s)) for s in ((2, 37, 4, 64), (2, 45, 2, 64), (2, 45, 2, 64)))
+    g, gl = f(rng.standard_normal((2, 37, 4, 64))), f(rng.standard_normal((2, 4, 37)))
+    o, lse = wkv.attention(q, k, v, causal=causal, return_lse=True, context=ctx)
+    got = wkv.attention_backward(q, k, v, o, lse, g, dlse=gl, causal=causal, context=ctx)
+    want = oracle_grads(q, k, v, g, gl, causal)
+    for name, a, b in zip(("dq", "dk", "dv"), got, want):
+        assert rel_rms(a, b) <= 2e-5, (name, rel_rms(a, b))
+    leaves = [torch.tensor(x).to(torch.bfloat16).requires_grad_() for x in (q, k, v)]
+    with wkv.use_context(ctx):
+        ob, lb = wt.attention(*leaves, causal=causal)
+        ((ob.float() * torch.tensor(g)).sum() + (lb * torch.tensor(gl)).sum()).backward()
+    want = oracle_grads(*(x.detach().float().numpy() for x in leaves), g, gl, causal)
+    for name, leaf, b in zip(("dq", "dk", "dv"), leaves, want):
+        assert leaf.grad.dtype == torch.bfloat16
+        assert rel_rms(leaf.grad.float().numpy(), b) <= 1e-2, (name, rel_rms(leaf.grad.float().numpy(), b))
