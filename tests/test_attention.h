@@ -163,9 +163,32 @@ inline AttnBwdRun run_backward(wkv_context* ctx, const AttnCase& c, Rng& rng) {
         d.q_offsets = c.q_off.data(), d.k_offsets = c.k_off.data();
         d.num_seqs = (int64_t)c.q_off.size() - 1;
     }
+    std::vector<wkv_buffer*> bufs;
+    if (c.buffers) {  // every tensor of both calls in wkv_buffers; the gradients read back below
+        HostTensor* hs[10] = {&tq, &tk, &tv, &to, &tl, &tg, &tgl, &tdq, &tdk, &tdv};
+        wkv_tensor* ts[10] = {&d.q, &d.k, &d.v, &d.o, &d.lse, &bd.dout, &bd.dlse, &bd.dq, &bd.dk, &bd.dv};
+        for (int i = 0; i < 10; ++i) {
+            wkv_buffer* b = nullptr;
+            REQUIRE(wkv_buffer_create(ctx, std::max<size_t>(hs[i]->buf.size(), 16), &b) == WKV_OK);
+            if (!hs[i]->buf.empty()) REQUIRE(wkv_buffer_upload(ctx, b, 0, hs[i]->buf.data(), hs[i]->buf.size()) == WKV_OK);
+            bufs.push_back(b);
+            if (i == 6 && !c.dlse) continue;  // no dlse: the buffer stays unused
+            wkv_tensor t = wkv_tensor_make_buffer(b, ts[i]->byte_offset, ts[i]->dtype, ts[i]->ndim, ts[i]->shape);
+            t.strides = ts[i]->strides;
+            *ts[i] = t;
+        }
+    }
     REQUIRE_MESSAGE(wkv_attention(ctx, &d) == WKV_OK, wkv_last_error(ctx));
     out.status = wkv_attention_backward(ctx, &bd);
     out.message = wkv_last_error(ctx);
+    if (c.buffers) {
+        if (out.status == WKV_OK) REQUIRE(wkv_context_synchronize(ctx) == WKV_OK);
+        HostTensor* back[3] = {&tdq, &tdk, &tdv};
+        for (int i = 0; i < 3; ++i)
+            if (!back[i]->buf.empty())
+                REQUIRE(wkv_buffer_download(ctx, bufs[(size_t)(7 + i)], 0, back[i]->buf.data(), back[i]->buf.size()) == WKV_OK);
+        for (wkv_buffer* b : bufs) wkv_buffer_destroy(b);
+    }
     if (out.status != WKV_OK) return out;
     CHECK(tdq.gaps_still_nan());
     CHECK(tdk.gaps_still_nan());

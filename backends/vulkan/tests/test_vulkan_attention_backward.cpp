@@ -1,7 +1,8 @@
 // The attention backward on Vulkan (shaders/attn_bwd.comp) against the float64 reference, with
 // the cases of the CPU suite (tests/test_attention_backward.cpp): every dtype, mask, grouping and
 // head dim, dlse, Tq != Tk, T = 1, decode, rows that see no key and keys no row sees (exact
-// zeros), packed and strided tensors, large logits; the same bits call after call; refusals.
+// zeros), packed and strided tensors, large logits, host memory and wkv_buffers; the same bits
+// call after call; refusals.
 // The validation layer is on for the whole suite: any message fails the case.
 #include "wkv_doctest.h"
 
@@ -39,6 +40,7 @@ TEST_CASE("vulkan attention backward: against the float64 reference, every dtype
                 a.dtype = dt, a.causal = causal, a.D = D;
                 a.B = 2, a.Tq = 37, a.Tk = 37, a.Hq = 4, a.Hkv = 2;  // odd T, GQA, tails of every tile
                 a.dlse = D == 40;
+                a.buffers = D == 64;  // wkv_buffers: no staging
                 CAPTURE(D);
                 CAPTURE(causal);
                 CAPTURE(dtype_name(dt));
@@ -63,6 +65,9 @@ TEST_CASE("vulkan attention backward: shapes, strides, scales, large logits, dls
         check_backward(vk(), a, rng);
         a.Tq = 130, a.Tk = 130, a.strided = true, a.scale = 0.3, a.dlse = true;  // strides, tails
         check_backward(vk(), a, rng);
+        a.buffers = true;  // the same in wkv_buffers (strided views of them)
+        check_backward(vk(), a, rng);
+        a.buffers = false;
         a.strided = false, a.scale = 0.0, a.logit_scale = 10.0;  // logits of ~100
         a.Tq = 33, a.Tk = 65;
         check_backward(vk(), a, rng);
