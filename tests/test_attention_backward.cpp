@@ -69,21 +69,26 @@ TEST_CASE("attention backward: the float64 reference's gradients are its forward
 TEST_CASE("attention backward: against the float64 reference, every dtype, mask, grouping and D") {
     Ctx c;
     Rng rng(test_seed());
-    for (const wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16})
-        for (const bool causal : {false, true})
-            for (const int64_t D : {16, 40, 64, 128, 256}) {
-                AttnCase a;
-                a.dtype = dt, a.causal = causal, a.D = D;
-                a.B = 2, a.Tq = 77, a.Tk = 77, a.Hq = 4, a.Hkv = 2;  // tails of the 64-row tiles, GQA
-                CAPTURE(dtype_name(dt));
-                CAPTURE(causal);
-                CAPTURE(D);
-                check_backward(c.ctx, a, rng);
-            }
+    // 2 kv heads: 4 (sequence, kv head) items, the two passes; 4 kv heads: 8, the single pass
+    for (const int64_t kv_heads : {2, 4})
+        for (const wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16})
+            for (const bool causal : {false, true})
+                for (const int64_t D : {16, 40, 64, 128, 256}) {
+                    AttnCase a;
+                    a.dtype = dt, a.causal = causal, a.D = D;
+                    a.B = 2, a.Tq = 77, a.Tk = 77, a.Hq = 2 * kv_heads, a.Hkv = kv_heads;  // tile tails, GQA
+                    CAPTURE(kv_heads);
+                    CAPTURE(dtype_name(dt));
+                    CAPTURE(causal);
+                    CAPTURE(D);
+                    check_backward(c.ctx, a, rng);
+                }
+    for (const int64_t B : {1, 8})  // 1: the two passes, 8: the single pass
     for (const bool causal : {false, true}) {
+        CAPTURE(B);
         CAPTURE(causal);
         AttnCase a;
-        a.causal = causal;
+        a.B = B, a.causal = causal;
         a.Tq = 7, a.Tk = 150, a.Hq = 6, a.Hkv = 1;  // Tq < Tk, multi-query
         check_backward(c.ctx, a, rng);
         a.Tq = 1, a.Tk = 1;  // one token
@@ -136,12 +141,14 @@ TEST_CASE("attention backward: packed sequences, and what sees nothing gets zero
 }
 
 TEST_CASE("attention backward: the same bits for every thread count") {
+    for (const int64_t kv_heads : {2, 4}) {  // the two passes; the single pass
+    CAPTURE(kv_heads);
     std::vector<double> first[3];
     for (const int32_t threads : {1, 2, 5}) {
         Ctx c(threads);
         Rng rng(7);
         AttnCase a;
-        a.causal = true, a.B = 2, a.Tq = 200, a.Tk = 230, a.Hq = 4, a.Hkv = 2, a.D = 32;
+        a.causal = true, a.B = 2, a.Tq = 200, a.Tk = 230, a.Hq = 2 * kv_heads, a.Hkv = kv_heads, a.D = 32;
         AttnBwdRun r = run_backward(c.ctx, a, rng);
         REQUIRE(r.status == WKV_OK);
         if (threads == 1) {
@@ -152,6 +159,7 @@ TEST_CASE("attention backward: the same bits for every thread count") {
         CHECK(r.dq == first[0]);
         CHECK(r.dk == first[1]);
         CHECK(r.dv == first[2]);
+    }
     }
 }
 

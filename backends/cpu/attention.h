@@ -39,13 +39,16 @@ using AttnRowsFn = bool (*)(const float* q, int64_t rows, int64_t Dp, int64_t D,
  * no kernel for bc (the caller runs the scalar step).
  *   probs: p[r][j] = exp(q_r . k_j - lse[r]) and ds[r][j] = p[r][j] (dout_r . v_j - delta[r]) for
  *          j < seen[r], 0 for the other j < bc (rows with lse = -inf: seen[r] is 0).
- *   kv:    dk[j] += sum_r ds[r][j] q_r, dv[j] += sum_r p[r][j] dout_r for j < nb.
+ *   kv:    dkt[d][j] += sum_r ds[r][j] q_r[d], dvt[d][j] += sum_r p[r][j] dout_r[d] for d < Dp,
+ *          j < bc: dk and dv transposed, Dp rows of bc floats (outer products of a row of ds or
+ *          p, bc keys wide, with one broadcast element of q or dout; the columns past the
+ *          block's nb keys gain zeros).
  *   q:     dq[r] += sum_{j < nb} ds[r][j] krows[j]. */
 using AttnBwdProbsFn = bool (*)(const float* q, const float* dout, int64_t rows, int64_t Dp, int64_t D,
                                 const float* kt, const float* vt, int64_t kt_stride, int64_t bc, const float* lse,
                                 const float* delta, const int64_t* seen, float* p, float* ds);
 using AttnBwdKvFn = bool (*)(const float* q, const float* dout, int64_t rows, int64_t Dp, const float* p,
-                             const float* ds, int64_t nb, int64_t bc, float* dk, float* dv);
+                             const float* ds, int64_t bc, float* dkt, float* dvt);
 using AttnBwdQFn = bool (*)(const float* ds, int64_t rows, int64_t Dp, const float* krows, int64_t nb, int64_t bc,
                             float* dq);
 struct AttnBwdFns {

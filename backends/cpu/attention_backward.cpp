@@ -31,6 +31,12 @@ namespace {
 constexpr int64_t kBr = 64;         /* query rows per group */
 constexpr int64_t kBc = 64;         /* keys per block */
 constexpr int64_t kDeltaRows = 256; /* rows per item of pass 0 */
+/* The single pass (single_item) takes calls of at least this many (sequence, kv head) items
+ * whose per-item scratch is at most kSingleMaxFloats floats (16 MiB: about 20,000 rows of
+ * D = 64), with at most kSingleBudgetFloats floats (64 MiB) of scratch in all. */
+constexpr int64_t kSingleMinItems = 8;
+constexpr int64_t kSingleMaxFloats = int64_t(4) << 20;
+constexpr int64_t kSingleBudgetFloats = int64_t(16) << 20;
 
 
 /* Floats of one chunk's scratch at head dim D (both passes' layouts fit in it). */
@@ -69,14 +75,13 @@ bool scalar_probs(const float* q, const float* dout, int64_t rows, int64_t Dp, i
 }
 
 bool scalar_kv(const float* q, const float* dout, int64_t rows, int64_t Dp, const float* p, const float* ds,
-               int64_t nb, int64_t bc, float* dk, float* dv) {
+               int64_t bc, float* dkt, float* dvt) {
     for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < nb; ++j) {
-            const float pj = p[r * bc + j], sj = ds[r * bc + j];
-            if (pj == 0.0f && sj == 0.0f) continue;
-            float* dkj = dk + j * Dp;
-            float* dvj = dv + j * Dp;
-            for (int64_t d = 0; d < Dp; ++d) dkj[d] += sj * q[r * Dp + d], dvj[d] += pj * dout[r * Dp + d];
+        for (int64_t d = 0; d < Dp; ++d) {
+            const float qd = q[r * Dp + d], gd = dout[r * Dp + d];
+            float* kd = dkt + d * bc;
+            float* vd = dvt + d * bc;
+            for (int64_t j = 0; j < bc; ++j) kd[j] += ds[r * bc + j] * qd, vd[j] += p[r * bc + j] * gd;
         }
     return true;
 }
@@ -101,6 +106,7 @@ struct BwdJob {
     int64_t items, chunks;
     float* scratch; /* chunk c at scratch + c * floats */
     int64_t floats;
+    int64_t single_rows; /* the single pass: rows of the packed q, dout, dq per chunk */
 };
 
 struct Scratch {
@@ -115,6 +121,18 @@ struct Scratch {
         p = reinterpret_cast<float*>(seen + kBr), ds = p + kBr * kBc, row = ds + kBr * kBc;
     }
 };
+
+/* Keys [j0, j0 + nb) of kv head g: rows of dk and dv from their transposed accumulators. */
+void store_kv(const BwdJob& job, int64_t b, int64_t g, int64_t j0, int64_t nb, const float* dkt, const float* dvt,
+              float* row) {
+    const int64_t D = job.p->fwd.D;
+    for (int64_t j = 0; j < nb; ++j) {
+        for (int64_t d = 0; d < D; ++d) row[d] = dkt[d * kBc + j];
+        store_row(job.p->dk, view_offset(job.p->dk, b, j0 + j, g), D, row);
+        for (int64_t d = 0; d < D; ++d) row[d] = dvt[d * kBc + j];
+        store_row(job.p->dv, view_offset(job.p->dv, b, j0 + j, g), D, row);
+    }
+}
 
 /* The keys and values [j0, j0 + nb) of kv head g, transposed into kt, vt (columns past nb zero),
  * and the keys as rows into krows when it is not NULL. */
@@ -211,13 +229,10 @@ void kv_item(const BwdJob& job, int64_t item, Scratch& s) {
                 s.seen[r] = seen_in_block(f, r0 + r, q0, q1, k0, k1, j0, nb, s.lse[r]);
             }
             probs(job, rows, D, s);
-            if (!job.fns.kv || !job.fns.kv(s.q, s.dout, rows, Dp, s.p, s.ds, nb, kBc, dk, dv))
-                scalar_kv(s.q, s.dout, rows, Dp, s.p, s.ds, nb, kBc, dk, dv);
+            if (!job.fns.kv || !job.fns.kv(s.q, s.dout, rows, Dp, s.p, s.ds, kBc, dk, dv))
+                scalar_kv(s.q, s.dout, rows, Dp, s.p, s.ds, kBc, dk, dv);
         }
-    for (int64_t j = 0; j < nb; ++j) {
-        store_row(job.p->dk, view_offset(job.p->dk, b, j0 + j, g), D, dk + j * Dp);
-        store_row(job.p->dv, view_offset(job.p->dv, b, j0 + j, g), D, dv + j * Dp);
-    }
+    store_kv(job, b, g, j0, nb, dk, dv, s.row);
 }
 
 /* Pass 2: item = (query tile over all sequences) * Hq + head. */
@@ -245,6 +260,104 @@ void q_item(const BwdJob& job, int64_t item, Scratch& s) {
         float* dq = s.dq + r * Dp;
         for (int64_t d = 0; d < D; ++d) dq[d] *= f.scale;
         store_row(job.p->dq, view_offset(job.p->dq, b, r0 + r, h), D, dq);
+    }
+}
+
+/* ---- the single pass: item = (sequence, kv head), everything of it on one thread
+ *
+ * The kv head's query rows (of each of its query heads) are packed once: q scaled, dout, lse
+ * and delta (pass 0 folded in), with a float32 dq accumulator per row. Then per key block: K and
+ * V packed (transposed, and K as rows), and for the rows that see the block P and dS once, then
+ * dk += dS^T q, dv += P^T dout and dq += dS K: 5 products instead of the passes' 7, and no row
+ * loaded more than once. dk and dv are stored after their block, dq at the end. */
+
+struct SingleLayout {
+    int64_t rows;   /* the longest sequence's rows times the query heads per kv head */
+    int64_t floats; /* per chunk */
+};
+
+SingleLayout single_layout(const wkv_attention_problem& f, int64_t longest_q) {
+    const int64_t Dp = attn_padded_dim(f.D), group = f.Hq / f.Hkv;
+    SingleLayout l;
+    l.rows = (longest_q * group + 15) / 16 * 16; /* every region 64-byte aligned for the vector steps */
+    l.floats = 3 * l.rows * Dp /* q, dout, dq */ + 2 * l.rows /* lse, delta */ + chunk_floats(f.D);
+    return l;
+}
+
+void single_item(const BwdJob& job, int64_t item, float* m) {
+    const wkv_attention_problem& f = job.p->fwd;
+    const int64_t D = f.D, Dp = attn_padded_dim(D), g = item % f.Hkv, sq = item / f.Hkv, group = f.Hq / f.Hkv;
+    int64_t b, q0, q1, k0, k1;
+    wkv_attention_sequence(&f, sq, &b, &q0, &q1, &k0, &k1);
+    const int64_t T = q1 - q0, R = T * group;
+    float* Q = m;
+    float* G = Q + job.single_rows * Dp;
+    float* DQ = G + job.single_rows * Dp;
+    float* LSE = DQ + job.single_rows * Dp;
+    float* DELTA = LSE + job.single_rows;
+    Scratch s(DELTA + job.single_rows, D);
+    /* row x = (h - g * group) * T + (t - q0) */
+    for (int64_t hh = 0; hh < group; ++hh)
+        for (int64_t t = q0; t < q1; ++t) {
+            const int64_t h = g * group + hh, x = hh * T + (t - q0);
+            float* q = Q + x * Dp;
+            float* gr = G + x * Dp;
+            load_row(f.q, view_offset(f.q, b, t, h), D, q);
+            for (int64_t d = 0; d < D; ++d) q[d] *= f.scale;
+            load_row(job.p->dout, view_offset(job.p->dout, b, t, h), D, gr);
+            for (int64_t d = D; d < Dp; ++d) q[d] = gr[d] = 0.0f;
+            load_row(f.o, view_offset(f.o, b, t, h), D, s.row);
+            float sum = 0.0f;
+            for (int64_t d = 0; d < D; ++d) sum += s.row[d] * gr[d];
+            if (job.p->dlse.data) {
+                float dl;
+                std::memcpy(&dl, job.p->dlse.data + 4 * view_offset(job.p->dlse, b, t, h), 4);
+                sum -= dl;
+            }
+            DELTA[x] = sum;
+            std::memcpy(&LSE[x], f.lse.data + 4 * view_offset(f.lse, b, t, h), 4);
+        }
+    std::memset(DQ, 0, sizeof(float) * (size_t)(R * Dp));
+    const int64_t shift = (k1 - k0) - (q1 - q0);
+    for (int64_t j0 = k0; j0 < k1; j0 += kBc) {
+        const int64_t nb = std::min(kBc, k1 - j0);
+        pack_block(f, b, g, j0, nb, s, s.q); /* K as rows where the passes keep q */
+        float* dk = s.kbuf;
+        float* dv = s.kbuf + kBc * Dp;
+        std::memset(dk, 0, sizeof(float) * (size_t)(2 * kBc * Dp));
+        const int64_t t0 = f.causal ? std::max(q0, q0 + (j0 - k0) - shift) : q0;
+        for (int64_t hh = 0; hh < group; ++hh)
+            for (int64_t r0 = t0; r0 < q1; r0 += kBr) {
+                const int64_t rows = std::min(kBr, q1 - r0), x0 = hh * T + (r0 - q0);
+                for (int64_t r = 0; r < rows; ++r)
+                    s.seen[r] = seen_in_block(f, r0 + r, q0, q1, k0, k1, j0, nb, LSE[x0 + r]);
+                const float* q = Q + x0 * Dp;
+                const float* gr = G + x0 * Dp;
+                if (!job.fns.probs || !job.fns.probs(q, gr, rows, Dp, D, s.kt, s.vt, kBc, kBc, LSE + x0, DELTA + x0,
+                                                     s.seen, s.p, s.ds))
+                    scalar_probs(q, gr, rows, Dp, D, s.kt, s.vt, kBc, kBc, LSE + x0, DELTA + x0, s.seen, s.p, s.ds);
+                if (!job.fns.kv || !job.fns.kv(q, gr, rows, Dp, s.p, s.ds, kBc, dk, dv))
+                    scalar_kv(q, gr, rows, Dp, s.p, s.ds, kBc, dk, dv);
+                float* dq = DQ + x0 * Dp;
+                if (!job.fns.q || !job.fns.q(s.ds, rows, Dp, s.q, nb, kBc, dq))
+                    scalar_q(s.ds, rows, Dp, s.q, nb, kBc, dq);
+            }
+        store_kv(job, b, g, j0, nb, dk, dv, s.row);
+    }
+    for (int64_t hh = 0; hh < group; ++hh)
+        for (int64_t t = q0; t < q1; ++t) {
+            float* dq = DQ + (hh * T + (t - q0)) * Dp;
+            for (int64_t d = 0; d < D; ++d) dq[d] *= f.scale;
+            store_row(job.p->dq, view_offset(job.p->dq, b, t, g * group + hh), D, dq);
+        }
+}
+
+void single_chunk(void* data, int64_t begin, int64_t end) {
+    const BwdJob& job = *static_cast<const BwdJob*>(data);
+    for (int64_t c = begin; c < end; ++c) {
+        int64_t i0, i1;
+        chunk_items(job.items, job.chunks, c, &i0, &i1);
+        for (int64_t i = i0; i < i1; ++i) single_item(job, i, job.scratch + c * job.floats);
     }
 }
 
@@ -281,12 +394,40 @@ wkv_status attention_backward(const BackendState& st, const AttnBwdFns& fns, con
         return WKV_ERROR_UNSUPPORTED;
     }
     CheckedSize cs;
-    int64_t q_tiles = 0, k_blocks = 0;
+    int64_t q_tiles = 0, k_blocks = 0, longest_q = 0;
     for (int64_t sq = 0; sq < f.num_seqs; ++sq) {
         int64_t b, q0, q1, k0, k1;
         wkv_attention_sequence(&f, sq, &b, &q0, &q1, &k0, &k1);
         q_tiles += (q1 - q0 + kBr - 1) / kBr;
         k_blocks += (k1 - k0 + kBc - 1) / kBc;
+        longest_q = std::max(longest_q, q1 - q0);
+    }
+    /* The single pass when the shape alone says it is parallel enough and its per-item rows fit
+     * (the choice never depends on the thread count, so neither do the bits) */
+    const SingleLayout single = single_layout(f, longest_q);
+    const int64_t single_items = f.num_seqs * f.Hkv;
+    if (single_items >= kSingleMinItems && single.floats <= kSingleMaxFloats) {
+        BwdJob job;
+        job.p = p;
+        job.fns = fns;
+        job.floats = single.floats;
+        job.single_rows = single.rows;
+        job.items = single_items;
+        job.chunks = std::min(chunk_count(&st, single_items), std::max<int64_t>(1, kSingleBudgetFloats / single.floats));
+        const uint64_t bytes = cs.mul(cs.mul((uint64_t)job.chunks, (uint64_t)single.floats), 4);
+        job.scratch = cs.overflow ? nullptr : static_cast<float*>(st.scratch((size_t)bytes));
+        if (!job.scratch) {
+            set_message(msg, "out of memory for %llu bytes of attention backward scratch", (unsigned long long)bytes);
+            return WKV_ERROR_OUT_OF_MEMORY;
+        }
+        const wkv_fault_hook fault = wkv_fault_hook_from(&st.args);
+        if (wkv_fault_hit(&fault, WKV_FAULT_DEVICE_LOST, "submit")) {
+            set_message(msg, "the device was lost (fault injection)");
+            return WKV_ERROR_DEVICE_LOST;
+        }
+        if (st.args.own_pool && job.chunks <= 1) single_chunk(&job, 0, job.chunks);
+        else st.args.parallel_for(st.args.parallel_for_user_data, job.chunks, single_chunk, &job);
+        return WKV_OK;
     }
     const uint64_t prefix_bytes = cs.align_up(cs.mul(2 * ((uint64_t)f.num_seqs + 1), sizeof(int64_t)), 64);
     const uint64_t delta_bytes = cs.align_up(cs.mul(cs.mul(cs.mul((uint64_t)f.B, (uint64_t)f.Hq), (uint64_t)f.Tq), 4), 64);

@@ -203,8 +203,8 @@ bool attn_rows(const float* q, int64_t rows, int64_t Dp, int64_t D, const float*
  * probs: per group of rows, the scores against the block's transposed keys and dout . v against
  * its transposed values with the accumulators in registers (as the forward's block step), the
  * masked lanes to -inf, p = vexp(s - lse), ds = p (dp - delta).
- * kv: per chunk of 2 vectors of D and group of rows, the rows' q and dout in registers while each
- * key's dk and dv chunk is loaded, updated by every row of the group and stored.
+ * kv: dk and dv transposed, a tile of d rows by key vectors in registers across every row of
+ * the group: outer products of the rows of ds (p) with broadcast elements of q (dout).
  * q: per group of rows and chunk of 4 vectors of D, dq in registers across the block's keys. */
 template <int BCV>
 void attn_bwd_probs_bcv(const float* q, const float* dout, int64_t rows, int64_t Dp, int64_t D, const float* kt,
@@ -273,32 +273,31 @@ bool attn_bwd_probs(const float* q, const float* dout, int64_t rows, int64_t Dp,
 }
 
 bool attn_bwd_kv(const float* q, const float* dout, int64_t rows, int64_t Dp, const float* p, const float* ds,
-                 int64_t nb, int64_t bc, float* dk, float* dv) {
-    if (Dp % W) return false;
-    for (int64_t d0 = 0; d0 < Dp; d0 += 2 * W) {
-        const int nv = Dp - d0 >= 2 * W ? 2 : 1;
-        for (int64_t r0 = 0; r0 < rows; r0 += kAttnRows) {
-            const int nr = rows - r0 < kAttnRows ? (int)(rows - r0) : kAttnRows;
-            T qv[kAttnRows][2], gv[kAttnRows][2];
-            for (int i = 0; i < kAttnRows; ++i)
-                for (int u = 0; u < 2; ++u) {
-                    const bool in = i < nr && u < nv;
-                    qv[i][u] = in ? V::load(q + (r0 + i) * Dp + d0 + u * W) : V::zero();
-                    gv[i][u] = in ? V::load(dout + (r0 + i) * Dp + d0 + u * W) : V::zero();
+                 int64_t bc, float* dkt, float* dvt) {
+    /* a tile of DT rows of d by JV vectors of keys in registers across the rows: per row JV
+     * loads of ds (or p) and DT broadcasts of q (or dout) for DT * JV FMAs */
+    constexpr int JV = 4, DT = W >= 16 ? 4 : 2;
+    if (bc % (JV * W) || Dp % DT) return false;
+    for (int m = 0; m < 2; ++m) {
+        const float* a = m ? p : ds;
+        const float* x = m ? dout : q;
+        float* out = m ? dvt : dkt;
+        for (int64_t j0 = 0; j0 < bc; j0 += JV * W)
+            for (int64_t d0 = 0; d0 < Dp; d0 += DT) {
+                T acc[DT][JV];
+                for (int i = 0; i < DT; ++i)
+                    for (int c = 0; c < JV; ++c) acc[i][c] = V::load(out + (d0 + i) * bc + j0 + c * W);
+                for (int64_t r = 0; r < rows; ++r) {
+                    T av[JV];
+                    for (int c = 0; c < JV; ++c) av[c] = V::load(a + r * bc + j0 + c * W);
+                    for (int i = 0; i < DT; ++i) {
+                        const T xv = V::set1(x[r * Dp + d0 + i]);
+                        for (int c = 0; c < JV; ++c) acc[i][c] = V::fma(xv, av[c], acc[i][c]);
+                    }
                 }
-            for (int64_t j = 0; j < nb; ++j) {
-                float* kj = dk + j * Dp + d0;
-                float* vj = dv + j * Dp + d0;
-                T a[2], b[2];
-                for (int u = 0; u < nv; ++u) a[u] = V::load(kj + u * W), b[u] = V::load(vj + u * W);
-                for (int i = 0; i < kAttnRows; ++i) {
-                    if (i >= nr) break;
-                    const T sj = V::set1(ds[(r0 + i) * bc + j]), pj = V::set1(p[(r0 + i) * bc + j]);
-                    for (int u = 0; u < nv; ++u) a[u] = V::fma(sj, qv[i][u], a[u]), b[u] = V::fma(pj, gv[i][u], b[u]);
-                }
-                for (int u = 0; u < nv; ++u) V::store(kj + u * W, a[u]), V::store(vj + u * W, b[u]);
+                for (int i = 0; i < DT; ++i)
+                    for (int c = 0; c < JV; ++c) V::store(out + (d0 + i) * bc + j0 + c * W, acc[i][c]);
             }
-        }
     }
     return true;
 }
