@@ -70,15 +70,17 @@ def _worker(rank, world, port, seed, out_dir):
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
     try:
         x = inputs(seed, 48, grad=True)
-        s0 = torch.randn(1, 2, 16, 16, generator=torch.Generator().manual_seed(seed))
+        s0 = torch.randn(1, 2, 16, 16, generator=torch.Generator().manual_seed(seed)).requires_grad_()
         bounds = [0, 20, 48] if world == 2 else None  # uneven segments
         mine = {n: t[:, bounds[rank]:bounds[rank + 1]].detach().requires_grad_() for n, t in x.items()}
         y, s = wt.context_parallel_rwkv7(*mine.values(), s0)
         g = torch.Generator().manual_seed(seed + 1)
         dy_all = torch.randn(1, 48, 2, 16, generator=g)
-        (y * dy_all[:, bounds[rank]:bounds[rank + 1]]).sum().backward()
-        torch.save({"y": y.detach(), "s": s.detach(), "grads": {n: t.grad for n, t in mine.items()}},
-                   os.path.join(out_dir, "rank%d.pt" % rank))
+        ds = torch.randn(world, 1, 2, 16, 16, generator=g)  # every rank's loss sees its end state too
+        ((y * dy_all[:, bounds[rank]:bounds[rank + 1]]).sum() + (s * ds[rank]).sum()).backward()
+        dist.all_reduce(s0.grad)  # each rank holds its share of the initial state's gradient
+        torch.save({"y": y.detach(), "s": s.detach(), "grads": {n: t.grad for n, t in mine.items()},
+                    "ds0": s0.grad}, os.path.join(out_dir, "rank%d.pt" % rank))
     finally:
         dist.destroy_process_group()
 
@@ -90,15 +92,20 @@ def test_two_processes_over_gloo_equal_one(tmp_path, rng):
     mp.spawn(_worker, args=(2, _free_port(), seed, str(tmp_path)), nprocs=2, join=True)
     parts = [torch.load(tmp_path / ("rank%d.pt" % r)) for r in range(2)]
     x = inputs(seed, 48, grad=True)
-    s0 = torch.randn(1, 2, 16, 16, generator=torch.Generator().manual_seed(seed))
+    s0 = torch.randn(1, 2, 16, 16, generator=torch.Generator().manual_seed(seed)).requires_grad_()
     y_ref, s_ref = wt.rwkv7(*x.values(), s0)
-    dy_all = torch.randn(1, 48, 2, 16, generator=torch.Generator().manual_seed(seed + 1))
-    (y_ref * dy_all).sum().backward()
+    _, s_mid = wt.rwkv7(*(t[:, :20] for t in x.values()), s0)  # rank 0's end state
+    g = torch.Generator().manual_seed(seed + 1)
+    dy_all = torch.randn(1, 48, 2, 16, generator=g)
+    ds = torch.randn(2, 1, 2, 16, 16, generator=g)
+    ((y_ref * dy_all).sum() + (s_mid * ds[0]).sum() + (s_ref * ds[1]).sum()).backward()
     assert rel(torch.cat([p["y"] for p in parts], 1), y_ref) <= TOL
+    assert rel(parts[0]["s"], s_mid) <= TOL
     assert rel(parts[1]["s"], s_ref) <= TOL  # the last rank ends with the sequence's final state
     for name, t in x.items():
         got = torch.cat([p["grads"][name] for p in parts], 1)
         assert rel(got, t.grad) <= 1e-4, name
+    assert rel(parts[0]["ds0"], s0.grad) <= 1e-4 and rel(parts[1]["ds0"], s0.grad) <= 1e-4
 
 
 @pytest.mark.parametrize("segments", [2, 5])
@@ -106,14 +113,14 @@ def test_rwkv6_segmented_equals_the_whole_sequence(rng, segments):
     x = {n: torch.tensor(a, requires_grad=True)
          for n, a in ref.random_inputs(rng, 1, 40, 2, 16, "exp_neg_exp").items() if n in "rwkv"}
     u = torch.tensor(rng.standard_normal((2, 16)).astype(np.float32) * 0.3, requires_grad=True)
-    s0 = torch.randn(1, 2, 16, 16)
+    s0 = torch.randn(1, 2, 16, 16, requires_grad=True)
     y, s = wt.rwkv6_segmented(*x.values(), u, s0, segments=segments)
     y_ref, s_ref = wt.rwkv6(*x.values(), u, s0)
     assert rel(y, y_ref) <= TOL and rel(s, s_ref) <= TOL
-    dy = torch.randn_like(y)
-    g = torch.autograd.grad((y * dy).sum(), [*x.values(), u])
-    gw = torch.autograd.grad((y_ref * dy).sum(), [*x.values(), u])
-    for name, a, b in zip([*x, "u"], g, gw):
+    dy, ds = torch.randn_like(y), torch.randn_like(s)
+    g = torch.autograd.grad((y * dy).sum() + (s * ds).sum(), [*x.values(), u, s0])
+    gw = torch.autograd.grad((y_ref * dy).sum() + (s_ref * ds).sum(), [*x.values(), u, s0])
+    for name, a, b in zip([*x, "u", "state"], g, gw):
         assert rel(a, b) <= 1e-4, name
 
 
@@ -187,14 +194,17 @@ def _worker3(rank, world, port, seed, out_dir):
         out["rwkv7"] = {"y": y.detach(), "s": s.detach(), "grads": {n: t.grad for n, t in mine.items()}}
         w, u, k, v, s0 = rwkv4_inputs(seed, 41)
         b4 = [0, 7, 30, 41]
-        w, u = w.requires_grad_(), u.requires_grad_()
+        w, u, s0 = w.requires_grad_(), u.requires_grad_(), s0.requires_grad_()
         k4, v4 = [t[:, b4[rank]:b4[rank + 1]].detach().requires_grad_() for t in (k, v)]
         y, s = wt.context_parallel_rwkv4(w, u, k4, v4, s0)
-        dy = torch.randn(1, 41, 24, generator=torch.Generator().manual_seed(seed + 2))
-        (y * dy[:, b4[rank]:b4[rank + 1]]).sum().backward()
-        for t in (w.grad, u.grad):  # each rank holds its share of a shared input's gradient
+        g = torch.Generator().manual_seed(seed + 2)
+        dy = torch.randn(1, 41, 24, generator=g)
+        ds = torch.randn(3, 1, 3, 24, generator=g)  # each rank's end state in its loss
+        ((y * dy[:, b4[rank]:b4[rank + 1]]).sum() + (s * ds[rank]).sum()).backward()
+        for t in (w.grad, u.grad, s0.grad):  # each rank holds its share of a shared input's gradient
             dist.all_reduce(t)
-        out["rwkv4"] = {"y": y.detach(), "s": s.detach(), "dk": k4.grad, "dv": v4.grad, "dw": w.grad, "du": u.grad}
+        out["rwkv4"] = {"y": y.detach(), "s": s.detach(), "dk": k4.grad, "dv": v4.grad, "dw": w.grad, "du": u.grad,
+                        "ds0": s0.grad}
         torch.save(out, os.path.join(out_dir, "rank%d.pt" % rank))
     finally:
         dist.destroy_process_group()
@@ -220,12 +230,17 @@ def test_three_processes_empty_shard_and_rwkv4_over_gloo(tmp_path, rng):
     # RWKV-4, uneven shards, w and u shared
     w, u, k, v, s0 = rwkv4_inputs(seed, 41, grad=True)
     y_ref, s_ref = wt.rwkv4(w, u, k, v, s0)
-    dy = torch.randn(1, 41, 24, generator=torch.Generator().manual_seed(seed + 2))
-    (y_ref * dy).sum().backward()
+    ends = [wt.rwkv4(w, u, k[:, :e], v[:, :e], s0)[1] for e in (7, 30)] + [s_ref]
+    g = torch.Generator().manual_seed(seed + 2)
+    dy = torch.randn(1, 41, 24, generator=g)
+    ds = torch.randn(3, 1, 3, 24, generator=g)
+    ((y_ref * dy).sum() + sum((e * ds[r]).sum() for r, e in enumerate(ends))).backward()
     p4 = [p["rwkv4"] for p in parts]
     assert rel(torch.cat([p["y"] for p in p4], 1), y_ref) <= TOL
-    assert rel(p4[2]["s"], s_ref) <= TOL
+    for r in range(3):
+        assert rel(p4[r]["s"], ends[r]) <= TOL, r
     assert rel(torch.cat([p["dk"] for p in p4], 1), k.grad) <= 1e-4
     assert rel(torch.cat([p["dv"] for p in p4], 1), v.grad) <= 1e-4
     for r in range(3):
         assert rel(p4[r]["dw"], w.grad) <= 1e-4 and rel(p4[r]["du"], u.grad) <= 1e-4
+        assert rel(p4[r]["ds0"], s0.grad) <= 1e-4
