@@ -108,6 +108,23 @@ def test_two_processes_over_gloo_equal_one(tmp_path, rng):
     assert rel(parts[0]["ds0"], s0.grad) <= 1e-4 and rel(parts[1]["ds0"], s0.grad) <= 1e-4
 
 
+def test_bf16_segmented_within_bf16_rounding_of_the_one_call(rng):
+    """bf16 inputs: y is the zero run's plus the correction from the identity run's (both bf16
+    outputs, summed in float32), so it differs from the one call's by about two bf16 roundings;
+    the final state is float32 arithmetic throughout."""
+    x = {n: torch.tensor(a).bfloat16().requires_grad_()
+         for n, a in ref.random_inputs(rng, 1, 128, 2, 16, "clampw").items()}
+    y, s = wt.rwkv7_segmented(*x.values(), segments=4)
+    y_ref, s_ref = wt.rwkv7(*x.values())
+    assert y.dtype == torch.bfloat16
+    assert rel(y, y_ref) <= 1e-2 and rel(s, s_ref) <= 1e-5
+    dy = torch.randn(y.shape).bfloat16()
+    g = torch.autograd.grad((y.float() * dy.float()).sum(), list(x.values()))
+    gw = torch.autograd.grad((y_ref.float() * dy.float()).sum(), list(x.values()))
+    for name, a, b in zip(x, g, gw):
+        assert rel(a, b) <= 1e-2, name
+
+
 @pytest.mark.parametrize("segments", [2, 5])
 def test_rwkv6_segmented_equals_the_whole_sequence(rng, segments):
     x = {n: torch.tensor(a, requires_grad=True)

@@ -8,23 +8,23 @@ S A + B, where A = M_1 ... M_L (N x N per head) and B is the segment's final sta
 Both come from libwkv's own op: B by running the segment from a zero state, A by running it
 from the identity with v = 0. Transitions compose associatively,
 (A1, B1) then (A2, B2) = (A1 A2, B1 A2 + B2), so every segment's true initial state follows
-from the transitions of the segments before it (an exchange of H N^2 floats per segment), and
-each segment then runs once more from its true initial state for its outputs. Cost: about three
-forwards of the segment (B, A, the final run) and the exchange, against one forward of the
-whole sequence on one worker: it pays only with several workers and segments long against N.
-The backward is composed in reverse the same way (_Chain): the gradient at a segment's start is
-the part from its own outputs (one backward with no end-state gradient) plus the gradient at
-its end carried back through A^T, so after one exchange of those parts every segment runs its
-backward once more with its true end-state gradient: two backwards per segment, not the three
-that autograd through the forward's three runs would take.
+from the transitions of the segments before it (an exchange of H N^2 floats per segment). The
+outputs need no third run: y_t = S_t r_t is linear in the initial state too, and the run from
+the identity with v = 0 has S_t = M_1 ... M_t, so its outputs are y1_t = M_1 ... M_t r_t and the
+true y_t = y0_t + S y1_t (y0: the run from zeros). Cost: two forwards of the segment and a
+product of H N^2 per token, against one forward of the whole sequence on one worker; the
+backward is the two runs' backwards (autograd; the op's backward gives the state gradient, the
+exchange is an all_gather whose backward all-reduces the gradients). So it pays with more than
+two workers, segments long against N.
 
 RWKV-6/5 have the same form with a diagonal A (the per-column product of the decays; u only
-touches y). RWKV-4's state is the log-space triple (aa, bb, pp) (true numerator aa e^pp,
+touches y, and the run with v = 0 has no bonus term). RWKV-4's state is the log-space triple (aa, bb, pp) (true numerator aa e^pp,
 denominator bb e^pp): in linear space each channel decays by e^wd per token (wd = -exp(w), one
 value per channel, time-invariant), so a segment of L tokens maps a start (aa0, bb0, pp0) to
 its zero-start end (aaS, bbS, ppS) plus the start decayed by e^(L wd); this module applies that
 in log space (p = max(pp0 + L wd, ppS), every exponent <= 0), so its transition is
-(aaS, bbS, ppS, L wd) per channel: C floats, not N^2.
+(aaS, bbS, ppS, L wd) per channel: C floats, not N^2. Its y is not linear in the state (a
+ratio), so each segment runs once more from its true start: two forwards too.
 """
 
 from __future__ import annotations
@@ -62,21 +62,33 @@ def _run(name, tokens, shared, state, decay, context):
 
 
 def _transition(name, tokens, shared, decay, context):
-    """A segment's transition as one tensor: RWKV-7/6 stack([A, B]) [2, B, H, N, N], A from the
-    identity with v = 0 and B from zeros; RWKV-4 [B, 4, C]: its zero-start end (aa, bb, pp) and
-    L wd."""
+    """A segment's transition as one tensor and the runs' outputs that give its y (_outputs):
+    RWKV-7/6 stack([A, B]) [2, B, H, N, N], A from the identity with v = 0 and B from zeros, and
+    their outputs (y1, y0); RWKV-4 [B, 4, C]: its zero-start end (aa, bb, pp) and L wd, and
+    None."""
     v = _values(name, tokens)
     if name == "rwkv4":
         Bsz, L, C = v.shape
         _, end = _run(name, tokens, shared, None, decay, context)
         ld = (-torch.exp(shared[0].float()) * L).expand(Bsz, 1, C)
-        return torch.cat([end, ld], 1)
+        return torch.cat([end, ld], 1), None
     Bsz, _, H, N = v.shape
-    _, Bst = _run(name, tokens, shared, _zero_state(name, tokens), decay, context)
+    y0, Bst = _run(name, tokens, shared, _zero_state(name, tokens), decay, context)
     no_v = list(tokens)
     no_v[3] = torch.zeros_like(v)
-    _, A = _run(name, no_v, shared, _identity(Bsz, H, N, v), decay, context)
-    return torch.stack([A, Bst])
+    y1, A = _run(name, no_v, shared, _identity(Bsz, H, N, v), decay, context)
+    return torch.stack([A, Bst]), (y1, y0)
+
+
+def _outputs(name, tokens, shared, start, tr, runs, decay, context):
+    """(y, end state) of a segment (or a batch of them) from its true start: y0 + start y1 and
+    start A + B for RWKV-7/6 (y_t[v] = y0_t[v] + sum_i start[v][i] y1_t[i], float32 sums), the run
+    from start for RWKV-4."""
+    if runs is None:
+        return _run(name, tokens, shared, start, decay, context)
+    y1, y0 = runs
+    y = y0.float() + torch.einsum("bhvi,bthi->bthv", start, y1.float())
+    return y.to(y0.dtype), _apply(name, start, tr)
 
 
 def _identity_transition(name, tokens) -> torch.Tensor:
@@ -118,21 +130,21 @@ def _identity(B: int, H: int, N: int, like: torch.Tensor) -> torch.Tensor:
 def segment_transition_rwkv7(r, w, k, v, a, b, *, decay="clampw", context=None) -> Tuple[torch.Tensor, torch.Tensor]:
     """(A, B) of a segment [B, L, H, N]: its final state is S A + B for an initial state S
     (A, B: [B, H, N, N] float32; S A multiplies S's key axis by A)."""
-    tr = _transition("rwkv7", (r, w, k, v, a, b), (), decay, context)
+    tr, _ = _transition("rwkv7", (r, w, k, v, a, b), (), decay, context)
     return tr[0], tr[1]
 
 
 def segment_transition_rwkv6(r, w, k, v, u, *, decay="exp_neg_exp", context=None):
     """RWKV-6/5's (A, B): A is diagonal (the product of the segment's decays per key column),
     returned as the full matrix."""
-    tr = _transition("rwkv6", (r, w, k, v), (u,), decay, context)
+    tr, _ = _transition("rwkv6", (r, w, k, v), (u,), decay, context)
     return tr[0], tr[1]
 
 
 def segment_transition_rwkv4(w, u, k, v, *, context=None) -> torch.Tensor:
     """RWKV-4's transition of a segment k, v [B, L, C]: [B, 4, C] float32, its final state from
     the zero state (aa, bb, pp) and L wd (wd = -exp(w)), what :func:`compose_rwkv4` combines."""
-    return _transition("rwkv4", (k, v), (w, u), None, context)
+    return _transition("rwkv4", (k, v), (w, u), None, context)[0]
 
 
 def compose_rwkv4(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
@@ -157,155 +169,24 @@ def _starts(name, state: Optional[torch.Tensor], transitions: Sequence[torch.Ten
     return out
 
 
-def _pull_back(name, start: torch.Tensor, tr: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """h (the gradient at a segment's end state) carried to its start through the transition:
-    h A^T for RWKV-7/6, the log-space map's vector-Jacobian product for RWKV-4. The op maps a
-    start to exactly what _apply gives (RWKV-4 included: its running max is max(pp0 + L wd, ppS)),
-    so this is the op's own state Jacobian."""
-    if name != "rwkv4":
-        return h @ tr[0].transpose(-1, -2)
-    with torch.enable_grad():
-        s = start.detach().requires_grad_()
-        (g,) = torch.autograd.grad(_apply(name, s, tr), s, h)
-    return g
-
-
-def _op_backward(name, tokens, shared, start, dy, dend, decay, context):
-    """The op's backward of a segment (or a batch of them) run from `start`: the gradients of the
-    token inputs, of the shared ones and of start."""
-    from . import ops
-    from . import torch as wt
-
-    spec = ops.SPECS[name]
-    inputs = (*shared, *tokens) if name == "rwkv4" else (*tokens, *shared)
-    g = wt._bwd(spec, inputs, start, None, dy, dend, ops.decay_code("wkv.context_parallel", decay or spec.default_decay), 0, context)
-    n = len(spec.inputs)
-    ordered, dstart = g[:n], g[n]
-    if name == "rwkv4":
-        return ordered[len(shared):], ordered[:len(shared)], dstart
-    return ordered[:len(tokens)], ordered[len(tokens):], dstart
-
-
-class _Chain(torch.autograd.Function):
-    """P segments from their true initial states, with the backward composed in reverse.
-
-    Forward: each segment's transition (from the op: zeros, and the identity with v = 0), the
-    exchange, every segment's true start, one run of the segment(s) this caller holds.
-    Backward: the loss reaches a segment's start through its outputs and through its end state,
-    and the op's backward is linear in (dy, d end): d start_q = c_q + J_q^T h_q, where
-    c_q = the backward from dy_q alone, h_q = d end_q (the caller's) + d start_(q+1), and J_q^T
-    is _pull_back. So: one backward per segment with d end = 0 for c_q (skipped for the first,
-    whose c nobody needs), the exchange of (c_q, d end_q), the scan from the last segment down
-    (H N^2 work per segment), and one backward per segment with its true h_q for the gradients of
-    its inputs. Two backwards per segment, where autograd through the forward's three runs takes
-    three.
-
-    `where` says where the segments are: ("batch", P) — the batch of one call holds them (B = 1
-    sequence, one device) — or ("ranks", group, rank, world) — one segment per rank."""
-
-    @staticmethod
-    def forward(ctx, name, decay, context, where, n_tokens, state, *tensors):
-        tokens, shared = tensors[:n_tokens], tensors[n_tokens:]
-        empty = _values(name, tokens).shape[1] == 0  # a rank without tokens passes the state on
-        tr = _identity_transition(name, tokens) if empty else _transition(name, tokens, shared, decay, context)
-        trs = _gather(where, tr, 0 if name == "rwkv4" else 1)
-        one = [x[:1] for x in tokens]  # a segment's shape, for the zero state
-        starts = _starts(name, state, trs, one)
-        mine = torch.cat(starts, 0) if where[0] == "batch" else starts[where[2]]
-        if empty:
-            y, end = torch.zeros(_values(name, tokens).shape, dtype=_values(name, tokens).dtype,
-                                 device=_values(name, tokens).device), mine
-        else:
-            y, end = _run(name, tokens, shared, mine, decay, context)
-        ctx.wkv = (name, decay, context, where, n_tokens, state is not None, empty)
-        ctx.save_for_backward(mine, torch.stack(starts), torch.stack(trs), *tensors)
-        if where[0] == "batch":  # the sequence's final state: the last segment's end
-            end = end[-1:]
-        return y, end
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, dy, dend):
-        name, decay, context, where, n_tokens, has_state, empty = ctx.wkv
-        mine, starts, trs, *tensors = ctx.saved_tensors
-        tokens, shared = tensors[:n_tokens], tensors[n_tokens:]
-        v = _values(name, tokens)
-        if dy is None:
-            dy = torch.zeros_like(v)
-        P = starts.shape[0]
-        # the caller's d end per segment: in a batch only the last segment's end is an output
-        if where[0] == "batch":
-            d_end = torch.zeros_like(mine)
-            if dend is not None:
-                d_end[-1:] = dend
-        else:
-            d_end = dend if dend is not None else torch.zeros_like(mine)
-        first = where[0] == "ranks" and where[2] == 0
-        if empty or first:
-            c = torch.zeros_like(mine)
-        else:
-            c = _op_backward(name, tokens, shared, mine, dy, torch.zeros_like(mine), decay, context)[2]
-        cs = _gather(where, torch.stack([c, d_end]), 1)
-        hs = [None] * P
-        h = cs[P - 1][1]
-        for q in range(P - 1, -1, -1):
-            hs[q] = h
-            if q:
-                h = cs[q - 1][1] + cs[q][0] + _pull_back(name, starts[q], trs[q], h)
-        h_mine = torch.cat(hs, 0) if where[0] == "batch" else hs[where[2]]
-        if empty:
-            g_tok = [torch.zeros_like(t) for t in tokens]
-            g_sh = [torch.zeros_like(t) for t in shared]
-            g_start = h_mine
-        else:
-            g_tok, g_sh, g_start = _op_backward(name, tokens, shared, mine, dy, h_mine, decay, context)
-        g_state = None
-        if has_state:  # the initial state is segment 0's start: its gradient lives with segment 0
-            if where[0] == "batch":
-                g_state = g_start[:1]
-            else:
-                g_state = g_start if where[2] == 0 else torch.zeros_like(g_start)
-        return (None, None, None, None, None, g_state, *g_tok, *g_sh)
-
-
-def _gather(where, x: torch.Tensor, axis: int) -> List[torch.Tensor]:
-    """Every segment's x, in order: in a batch, its rows along `axis` (x's batch axis), or one x
-    per rank by all_gather."""
-    if where[0] == "batch":
-        return [x.narrow(axis, i, 1) for i in range(where[1])]
-    import torch.distributed as dist
-
-    group, world = where[1], where[3]
-    if world == 1:
-        return [x]
-    parts = [torch.empty_like(x) for _ in range(world)]
-    dist.all_gather(parts, x.contiguous(), group=group)
-    return parts
-
-
 def _segmented(name, tokens, shared, state, segments, decay, context):
     Bsz, T = _values(name, tokens).shape[:2]
     if Bsz != 1 or segments < 1 or T % segments:
         raise ValueError("%s_segmented: needs B = 1 and T (%d) a multiple of segments (%d)" % (name, T, segments))
     P, L = segments, T // segments
     seg = [x.reshape(P, L, *x.shape[2:]) for x in tokens]  # the segments as a batch
-    y, s_end = _Chain.apply(name, decay, _resolved(context), ("batch", P), len(seg), state, *seg, *shared)
-    return y.reshape(1, T, *y.shape[2:]), s_end
-
-
-def _resolved(context):
-    """The context every call of one chain uses (the backward may run on another thread)."""
-    if context is not None:
-        return context
-    from .context import current_context
-
-    return current_context()
+    tr, runs = _transition(name, seg, shared, decay, context)
+    per = [tr[i:i + 1] for i in range(P)] if name == "rwkv4" else [tr[:, i:i + 1] for i in range(P)]
+    first = [x[:1, :1] for x in seg]
+    starts = _starts(name, state, per, first)
+    y, s_end = _outputs(name, seg, shared, torch.cat(starts, 0), tr, runs, decay, context)
+    return y.reshape(1, T, *y.shape[2:]), s_end[P - 1:P]
 
 
 def rwkv7_segmented(r, w, k, v, a, b, state=None, *, segments: int, decay="clampw", context=None):
-    """One device, T split into `segments` segments that run as the batch of each call (their
-    transitions in one call from zeros and one from the identity, then every segment from its
-    true initial state) → ``(y, final_state)`` equal to :func:`wkv.torch.rwkv7` of the whole
+    """One device, T split into `segments` segments that run as the batch of each call (a call
+    from zeros and one from the identity with v = 0 give every segment's transition and,
+    with its true initial state, its outputs) → ``(y, final_state)`` equal to :func:`wkv.torch.rwkv7` of the whole
     sequence (to float32 rounding). B = 1; T a multiple of `segments`."""
     return _segmented("rwkv7", (r, w, k, v, a, b), (), state, segments, decay, context)
 
@@ -323,8 +204,22 @@ def rwkv4_segmented(w, u, k, v, state=None, *, segments: int, context=None):
 def _context_parallel(name, tokens, shared, state, group, decay, context):
     import torch.distributed as dist
 
-    where = ("ranks", group, dist.get_rank(group), dist.get_world_size(group))
-    return _Chain.apply(name, decay, _resolved(context), where, len(tokens), state, *tokens, *shared)
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    v = _values(name, tokens)
+    empty = v.shape[1] == 0  # a rank without tokens passes the state on
+    if empty:  # tied to the (empty) inputs, so that this rank's backward reaches the exchange too
+        tr = _identity_transition(name, tokens) + 0.0 * sum(t.sum() for t in tokens)
+    else:
+        tr, runs = _transition(name, tokens, shared, decay, context)
+    every = _AllGather.apply(tr, group, rank, world) if world > 1 else tr.unsqueeze(0)  # one exchange
+    starts = _starts(name, state, [every[q] for q in range(rank + 1)], tokens)
+    # every rank's loss must reach the exchange, so that every rank takes part in its backward
+    # (rank 0's start does not depend on it): a zero-weight term does that
+    start = starts[rank] + 0.0 * every.sum()
+    if empty:
+        return torch.zeros(v.shape, dtype=v.dtype, device=v.device) + 0.0 * start.sum(), start
+    return _outputs(name, tokens, shared, start, tr, runs, decay, context)
 
 
 def context_parallel_rwkv7(r, w, k, v, a, b, state=None, *, group=None, decay="clampw", context=None):
@@ -349,3 +244,25 @@ def context_parallel_rwkv4(w, u, k, v, state=None, *, group=None, context=None):
     the same w, u (their gradients on each rank are that rank's share); the state is the
     planar [B, 3, C] (aa, bb, pp). The exchange is 4 C floats per batch row and rank."""
     return _context_parallel("rwkv4", (k, v), (w, u), state, group, None, context)
+
+
+class _AllGather(torch.autograd.Function):
+    """all_gather into [world, ...] whose backward is an all_reduce of the gradients (every
+    backend has it, gloo included) and the rank's own slice."""
+
+    @staticmethod
+    def forward(ctx, x, group, rank, world):
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        ctx.group, ctx.rank = group, rank
+        return torch.stack(parts)
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch.distributed as dist
+
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad[ctx.rank], None, None, None
