@@ -21,11 +21,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks"
 TARGET = ROOT / "BENCHMARKS.md"
 ORDER = ["cuda", "vulkan", "cpu", "attention-cuda", "attention-cpu", "model-cuda", "model-cpu", "python-cuda",
-         "python-cpu"]
+         "python-cpu", "context-parallel-cpu"]
 TITLES = {"cuda": "CUDA plugin", "vulkan": "Vulkan plugin", "cpu": "CPU backend",
           "model-cuda": "RWKV-7 model (wkv.model), CUDA", "model-cpu": "RWKV-7 model (wkv.model), CPU",
           "python-cuda": "Python call overhead, CUDA tensors", "python-cpu": "Python call overhead, CPU",
-          "attention-cuda": "Attention (wkv_attention), CUDA", "attention-cpu": "Attention (wkv_attention), CPU"}
+          "attention-cuda": "Attention (wkv_attention), CUDA", "attention-cpu": "Attention (wkv_attention), CPU",
+          "context-parallel-cpu": "Context parallelism on one device (wkv.torch.rwkv7_segmented), CPU"}
 
 
 def us(x):
@@ -139,6 +140,15 @@ def python_table(doc):
     return out
 
 
+def context_parallel_table(doc):
+    """A sequence in P segments on one device against the one call: the work the split adds."""
+    out = ["| case | shape | dtype | P segments, one device | one call | one call vs split |", "|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        out.append("| %s | %s | %s | %s | %s | %s |" % (r["case"], r["shape"], r["dtype"], us(r["libwkv_ms"] * 1000),
+                                                       us(r["anchor_ms"] * 1000), ratio(r["anchor_ms"], r["libwkv_ms"])))
+    return out
+
+
 def render():
     docs = {}
     for path in sorted(RESULTS.glob("*.json")):
@@ -162,7 +172,8 @@ def render():
             out.append("")
             table = {"cpu": cpu_table, "model-cpu": model_table, "model-cuda": model_table,
                      "python-cpu": python_table, "python-cuda": python_table,
-                     "attention-cpu": attention_table, "attention-cuda": attention_table}.get(backend, gpu_table)
+                     "attention-cpu": attention_table, "attention-cuda": attention_table,
+                     "context-parallel-cpu": context_parallel_table}.get(backend, gpu_table)
             out += table(doc)
     out += [
         "",
@@ -181,6 +192,8 @@ def render():
         " benchmarks/attention_bench.py --out benchmarks/attention-cpu-zen4.json` (torch SDPA in the same process).",
         "- Python overhead: `WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src python3"
         " benchmarks/python_overhead.py --out benchmarks/python-cpu-zen4.json`.",
+        "- Context parallelism: `WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src python3"
+        " benchmarks/context_parallel_bench.py --out benchmarks/context-parallel-cpu-zen4.json`.",
         "- A new run: put its figures in a `benchmarks/<backend>-<machine>.json` (the fields above),"
         " delete the file it replaces, and run `python3 benchmarks/render.py`.",
         "",
