@@ -83,14 +83,42 @@ def _transition(name, tokens, shared, decay, context):
 def _outputs(name, tokens, shared, start, tr, runs, decay, context):
     """(y, end state) of a segment (or a batch of them) from its true start: y0 + start y1 and
     start A + B for RWKV-7/6 (y_t[v] = y0_t[v] + sum_i start[v][i] y1_t[i], float32 sums), the run
-    from start for RWKV-4. (An einsum here took 2.5x as long: it copies y1 and y into [B, H, T, N].)"""
+    from start for RWKV-4."""
     if runs is None:
         return _run(name, tokens, shared, start, decay, context)
     y1, y0 = runs
-    y, z = y0.float(), y1.float()  # float32 y0 is updated in place (nothing saved it)
-    for b in range(y.shape[0]):  # per batch row, [H, T, N] views: one batched GEMM, no copies
-        y[b].transpose(0, 1).baddbmm_(z[b].transpose(0, 1), start[b].transpose(-1, -2))
-    return y.to(y0.dtype), _apply(name, start, tr)
+    return _Correct.apply(y0, y1, start), _apply(name, start, tr)
+
+
+class _Correct(torch.autograd.Function):
+    """y = y0 + start y1 per token and head (RWKV-7/6, [B, T, H, N], start [B, H, N, N]), as
+    batched GEMMs on [H, T, N] views, one per batch row, with no copies; the backward alike.
+    (An einsum took 2.5x as long: it copies y1 and y into [B, H, T, N]. Autograd through
+    in-place GEMMs on views copied the whole gradient once per batch row.)"""
+
+    @staticmethod
+    def forward(ctx, y0, y1, start):
+        y, z = y0.float(), y1.float()
+        if y is y0:
+            ctx.mark_dirty(y0)  # float32 y0 is updated in place: nothing saved it
+        for b in range(y.shape[0]):
+            y[b].transpose(0, 1).baddbmm_(z[b].transpose(0, 1), start[b].transpose(-1, -2))
+        ctx.save_for_backward(y1, start)
+        ctx.y0_dtype = y0.dtype
+        return y.to(y0.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        y1, start = ctx.saved_tensors
+        g, z = dy.float(), y1.float()
+        dz = torch.zeros_like(z)
+        dstart = torch.empty_like(start)
+        for b in range(g.shape[0]):
+            gb = g[b].transpose(0, 1)  # [H, T, N]
+            dz[b].transpose(0, 1).baddbmm_(gb, start[b])
+            torch.bmm(gb.transpose(1, 2), z[b].transpose(0, 1), out=dstart[b])
+        return dy.to(ctx.y0_dtype), dz.to(y1.dtype), dstart
 
 
 def _identity_transition(name, tokens) -> torch.Tensor:
