@@ -33,6 +33,8 @@ def us(x):
     """A time in microseconds, printed with the unit that reads best."""
     if x is None:
         return "—"
+    if x >= 1e6:
+        return "%.3g s" % (x / 1e6)
     if x >= 1000:
         return "%.3g ms" % (x / 1000)
     return "%.4g µs" % x

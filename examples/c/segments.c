@@ -4,14 +4,18 @@
  * RWKV-7's state update is affine in the state, so a segment of L tokens maps its initial
  * state S to S A + B (per head, N x N). With the sequence [1, T, H, N] viewed as P segments
  * [P, L, H, N] (strides only, no copy):
- *   1. B: one forward of all segments from a zero state (state_in NULL) -> state_out B[P];
- *   2. A: one forward from the identity with v = 0 (a broadcast zero: all strides 0) -> A[P];
+ *   1. B: one forward of all segments from a zero state (state_in NULL) -> state_out B[P], y0;
+ *   2. A: one forward from the identity with v = 0 (a broadcast zero: all strides 0) -> A[P],
+ *      and y1_t = M_1 ... M_t r_t (its state at t is the product of the transitions so far);
  *   3. the true initial states, in order: S_0 = the sequence's state, S_{i+1} = S_i A_i + B_i
  *      (this composition is associative: across devices it is a scan);
- *   4. one forward of all segments from their true initial states -> y and the final state.
- * RWKV-6/5 is the same with its bonus u shared by every segment. RWKV-4's state is the
- * log-space (aa, bb, pp) and its decay one time-invariant number per channel: a segment's
- * transition is its end from the zero state plus L wd, composed in log space (step 3 below).
+ *   4. y is linear in the initial state too: y_t[v] = y0_t[v] + sum_i S[v][i] y1_t[i], and the
+ *      final state is S A + B of the last segment. No third forward.
+ * RWKV-6/5 is the same with its bonus u shared by every segment (with v = 0 it adds nothing to
+ * y1). RWKV-4's state is the log-space (aa, bb, pp) and its decay one time-invariant number per
+ * channel: a segment's transition is its end from the zero state plus L wd, composed in log
+ * space (step 3 below); its y is a ratio, not linear in the state, so step 4 is one forward of
+ * all segments from their true initial states.
  * The example checks y and the final state against one forward of the whole sequence.
  *
  *   segments [--op rwkv7|rwkv6|rwkv4] [--backend cpu|vulkan|cuda|auto] [--T T] [--segments P]
@@ -154,6 +158,7 @@ int main(int argc, char** argv) {
     const int64_t* stP_shape = r4 ? stP4 : stP;
     float *A = alloc_floats((size_t)P * nst), *Bs = alloc_floats((size_t)P * nst), *eye = alloc_floats((size_t)P * nst);
     float *starts = alloc_floats((size_t)P * nst), *ends = alloc_floats((size_t)P * nst), *y = alloc_floats(ntok);
+    float* y1 = alloc_floats(ntok);
     float zero = 0.0f;
     if (!r4)
         for (int64_t i = 0; i < P * H; ++i)
@@ -166,8 +171,8 @@ int main(int argc, char** argv) {
         *toks[i] = wkv_tensor_make(datas[i], WKV_DTYPE_F32, nd, seg_shape);
         toks[i]->strides = seg_str;
     }
-    g.y = wkv_tensor_make(y, WKV_DTYPE_F32, nd, seg_shape); /* steps 1 and 2 need only the final states: */
-    g.y.strides = seg_str;                                /* their y is overwritten by step 4 */
+    g.y = wkv_tensor_make(y, WKV_DTYPE_F32, nd, seg_shape); /* y0 (RWKV-4: overwritten by step 4) */
+    g.y.strides = seg_str;
     g.state_in.data = NULL;
     g.state_out = wkv_tensor_make(Bs, WKV_DTYPE_F32, nd, stP_shape);
     if (!st) st = wkv_forward(ctx, &g); /* 1. B from zeros */
@@ -176,7 +181,9 @@ int main(int argc, char** argv) {
         g.v.strides = zero_strides; /* v = 0 everywhere, one float */
         g.state_in = wkv_tensor_make(eye, WKV_DTYPE_F32, 4, stP);
         g.state_out = wkv_tensor_make(A, WKV_DTYPE_F32, 4, stP);
-        st = wkv_forward(ctx, &g); /* 2. A from the identity */
+        g.y = wkv_tensor_make(y1, WKV_DTYPE_F32, 4, seg);
+        g.y.strides = seg_str;
+        st = wkv_forward(ctx, &g); /* 2. A and y1 from the identity */
     }
     if (st) {
         fprintf(stderr, "segments: %s\n", wkv_last_error(ctx));
@@ -187,32 +194,50 @@ int main(int argc, char** argv) {
     memcpy(starts, s0, nst * sizeof(float));
     float* ld = alloc_floats((size_t)C);
     for (int64_t c = 0; c < C; ++c) ld[c] = (float)(-exp((double)w[c]) * (double)L);
-    for (int64_t p = 0; p + 1 < P; ++p) {
+    for (int64_t p = 0; p < P; ++p) { /* the last step gives the final state (RWKV-7/6) */
+        float* next = p + 1 < P ? starts + (p + 1) * nst : ends + p * nst;
         if (r4) {
-            rwkv4_apply(starts + p * nst, Bs + p * nst, ld, starts + (p + 1) * nst, C);
+            if (p + 1 == P) break;
+            rwkv4_apply(starts + p * nst, Bs + p * nst, ld, next, C);
             continue;
         }
         for (int64_t h = 0; h < H; ++h) {
             const float* S = starts + (p * H + h) * N * N;
             const float* Ap = A + (p * H + h) * N * N;
             const float* Bp = Bs + (p * H + h) * N * N;
-            float* next = starts + ((p + 1) * H + h) * N * N;
+            float* nh = next + h * N * N;
             for (int64_t i = 0; i < N; ++i)
                 for (int64_t j = 0; j < N; ++j) {
                     double acc = Bp[i * N + j];
                     for (int64_t m = 0; m < N; ++m) acc += (double)S[i * N + m] * Ap[m * N + j];
-                    next[i * N + j] = (float)acc;
+                    nh[i * N + j] = (float)acc;
                 }
         }
     }
-    /* 4. every segment from its true initial state */
-    g.v = wkv_tensor_make(v, WKV_DTYPE_F32, nd, seg_shape);
-    g.v.strides = seg_str;
-    g.state_in = wkv_tensor_make(starts, WKV_DTYPE_F32, nd, stP_shape);
-    g.state_out = wkv_tensor_make(ends, WKV_DTYPE_F32, nd, stP_shape);
-    if (wkv_forward(ctx, &g) != WKV_OK) {
-        fprintf(stderr, "segments: %s\n", wkv_last_error(ctx));
-        return 1;
+    if (r4) { /* 4. RWKV-4: every segment from its true initial state */
+        g.v = wkv_tensor_make(v, WKV_DTYPE_F32, nd, seg_shape);
+        g.v.strides = seg_str;
+        g.y = wkv_tensor_make(y, WKV_DTYPE_F32, nd, seg_shape);
+        g.y.strides = seg_str;
+        g.state_in = wkv_tensor_make(starts, WKV_DTYPE_F32, nd, stP_shape);
+        g.state_out = wkv_tensor_make(ends, WKV_DTYPE_F32, nd, stP_shape);
+        if (wkv_forward(ctx, &g) != WKV_OK) {
+            fprintf(stderr, "segments: %s\n", wkv_last_error(ctx));
+            return 1;
+        }
+    } else { /* 4. RWKV-7/6: y += S y1 per token and head (y, y1 [P, L, H, N] = [T, H, N]) */
+        for (int64_t p = 0; p < P; ++p)
+            for (int64_t t = p * L; t < (p + 1) * L; ++t)
+                for (int64_t h = 0; h < H; ++h) {
+                    const float* S = starts + (p * H + h) * N * N;
+                    const float* z = y1 + (t * H + h) * N;
+                    float* out = y + (t * H + h) * N;
+                    for (int64_t i = 0; i < N; ++i) {
+                        double acc = out[i];
+                        for (int64_t m = 0; m < N; ++m) acc += (double)S[i * N + m] * z[m];
+                        out[i] = (float)acc;
+                    }
+                }
     }
     double ds = rel_diff(ends + (P - 1) * nst, s_ref, nst);
     if (r4) { /* the triple is not unique: compare the linear-space numerator and denominator */
@@ -232,6 +257,6 @@ int main(int argc, char** argv) {
     printf("segments: %s\n", ok ? "ok" : "FAILED");
     wkv_context_destroy(ctx);
     free(r), free(w), free(k), free(v), free(a), free(b), free(u), free(s0), free(y_ref), free(s_ref);
-    free(A), free(Bs), free(eye), free(starts), free(ends), free(y), free(ld);
+    free(A), free(Bs), free(eye), free(starts), free(ends), free(y), free(y1), free(ld);
     return ok ? 0 : 1;
 }
