@@ -77,11 +77,11 @@
  * the segment's final state from a zero state; A is its final state from the identity
  * (S[i][j] = 1 if i == j) with v = 0. So segments can run at the same time, their (A, B)
  * compose in order ((A1, B1) then (A2, B2) = (A1 A2, B1 A2 + B2)), and y is linear in the
- * initial state S too: y_t[i] = y0_t[i] + sum_m S[i][m] y1_t[m] (y0: the run from zeros; y1:
- * the run from the identity with v = 0), so no third run is needed. RWKV-4 (y is a ratio): each segment runs once more from
- * its true initial state. RWKV-4's transition: a segment of L tokens maps a start
- * (aa0, bb0, pp0) to its end from the zero state (aaS, bbS, ppS) plus the start decayed by
- * e^(L wd): p = max(pp0 + L wd, ppS), aa = aa0 e^(pp0 + L wd - p) + aaS e^(ppS - p), bb alike,
+ * initial state S too: y_t[i] = y0_t[i] + sum_m S[i][m] y1_t[m] (y0: the run from zeros;
+ * y1: the run from the identity with v = 0), so no third run is needed. RWKV-4 (y is a
+ * ratio): each segment runs once more from its true initial state, and a segment of L tokens
+ * maps a start (aa0, bb0, pp0) to its end from the zero state (aaS, bbS, ppS) plus the start
+ * decayed by e^(L wd): p = max(pp0 + L wd, ppS), aa = aa0 e^(pp0 + L wd - p) + aaS e^(ppS - p), bb alike,
  * pp = p. examples/c/segments.c does it with wkv_forward alone (the segments as the batch of a
  * strided view, v = 0 as a broadcast zero); the Python package does it across processes and
  * devices (wkv.torch.context_parallel_rwkv7, _rwkv6, _rwkv4).
