@@ -1,18 +1,20 @@
 /* The backward of softmax attention on the CPU (wkv.h, wkv_attention_backward), in the flash
  * form: P is recomputed from the forward's lse one key block at a time, never stored whole.
  *
- * Three passes, none of which accumulates into memory another item writes (no atomics, results
- * independent of the thread count):
- *   0. delta = rowsum(dout * o) - dlse per (batch, query head, row).
- *   1. dk, dv: an item is (sequence, kv head, block of Bc keys). It packs its keys and values
- *      transposed once, then walks every query row (of each of the kv head's query heads) that
- *      sees one of its keys, Br rows at a time: P and dS of the rows against the block, then
- *      dk += dS^T q, dv += P^T dout, and stores its Bc rows of dk and dv.
- *   2. dq: an item is (sequence, query head, tile of Br rows), as in the forward. It walks the
- *      key blocks its rows see: P and dS again, then dq += dS k; dq *= scale at the end.
- * P and dS are computed twice (passes 1 and 2): 7 products of rows x keys x D against the 5 of a
- * single pass that adds dq from every key block into shared memory; the price of determinism
- * without a workspace (measured: backends/cpu/DESIGN.md).
+ * No item accumulates into memory another item writes (no atomics, no workspace, results
+ * independent of the thread count). Two ways, chosen by the shape alone:
+ *   - the single pass (single_item, below), when there are at least kSingleMinItems
+ *     (sequence, kv head) items and their rows fit the scratch: 5 products of rows x keys x D;
+ *   - three passes otherwise (few items: MQA at B = 1, say), parallel over key blocks and row
+ *     tiles at the price of P and dS computed twice (7 products):
+ *     0. delta = rowsum(dout * o) - dlse per (batch, query head, row).
+ *     1. dk, dv: an item is (sequence, kv head, block of Bc keys). It packs its keys and values
+ *        transposed once, then walks every query row (of each of the kv head's query heads)
+ *        that sees one of its keys, Br rows at a time: P and dS of the rows against the block,
+ *        then dk += dS^T q, dv += P^T dout, and stores its Bc rows of dk and dv.
+ *     2. dq: an item is (sequence, query head, tile of Br rows), as in the forward. It walks
+ *        the key blocks its rows see: P and dS again, then dq += dS k; dq *= scale at the end.
+ * Measured: backends/cpu/DESIGN.md, "Attention backward".
  *
  * float32 arithmetic for every dtype; q is scaled when loaded, so dk needs no scale and dq one at
  * the end. A row whose lse is -inf (it saw no key) adds nothing; a key no row sees gets zeros. */
