@@ -69,27 +69,36 @@ TEST_CASE("attention backward: the float64 reference's gradients are its forward
 TEST_CASE("attention backward: against the float64 reference, every dtype, mask, grouping and D") {
     Ctx c;
     Rng rng(test_seed());
-    // 2 kv heads: 4 (sequence, kv head) items, the two passes; 4 kv heads: 8, the single pass
-    for (const int64_t kv_heads : {2, 4})
+    // the three ways (attention_backward.cpp), by the (sequence, kv head) items: B = 1 with 2 kv
+    // heads of 2 query heads: 2 items, 4 with slices, the three passes; B = 2: 4 items of 2
+    // slices, the sliced single pass; B = 2 with 4 kv heads: 8 items, the single pass
+    const int64_t ways[3][2] = {{1, 2}, {2, 2}, {2, 4}};  // B, kv heads
+    for (const auto& way : ways)
         for (const wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16})
             for (const bool causal : {false, true})
                 for (const int64_t D : {16, 40, 64, 128, 256}) {
+                    const int64_t kv_heads = way[1];
                     AttnCase a;
                     a.dtype = dt, a.causal = causal, a.D = D;
-                    a.B = 2, a.Tq = 77, a.Tk = 77, a.Hq = 2 * kv_heads, a.Hkv = kv_heads;  // tile tails, GQA
+                    a.B = way[0], a.Tq = 77, a.Tk = 77, a.Hq = 2 * kv_heads, a.Hkv = kv_heads;  // tile tails, GQA
+                    CAPTURE(a.B);
                     CAPTURE(kv_heads);
                     CAPTURE(dtype_name(dt));
                     CAPTURE(causal);
                     CAPTURE(D);
                     check_backward(c.ctx, a, rng);
                 }
-    for (const int64_t B : {1, 8})  // 1: the two passes, 8: the single pass
+    // multi-query: B = 1 with 6 heads, the three passes (6 slices: too few items); 8 heads, 8
+    // slices; B = 8, the single pass
+    const int64_t mqa[3][2] = {{1, 6}, {1, 8}, {8, 6}};  // B, query heads
+    for (const auto& m : mqa)
     for (const bool causal : {false, true}) {
-        CAPTURE(B);
+        CAPTURE(m[0]);
+        CAPTURE(m[1]);
         CAPTURE(causal);
         AttnCase a;
-        a.B = B, a.causal = causal;
-        a.Tq = 7, a.Tk = 150, a.Hq = 6, a.Hkv = 1;  // Tq < Tk, multi-query
+        a.B = m[0], a.causal = causal;
+        a.Tq = 7, a.Tk = 150, a.Hq = m[1], a.Hkv = 1;  // Tq < Tk, multi-query
         check_backward(c.ctx, a, rng);
         a.Tq = 1, a.Tk = 1;  // one token
         check_backward(c.ctx, a, rng);
@@ -118,7 +127,9 @@ TEST_CASE("attention backward: packed sequences, and what sees nothing gets zero
         a.causal = causal;
         a.q_off = {0, 5, 5, 85, 86, 86};   // an empty sequence, a one-token one
         a.k_off = {0, 9, 12, 140, 141, 150};  // keys without queries (the last sequence)
-        a.Tq = 86, a.Tk = 150, a.Hq = 4, a.Hkv = 2;
+        a.Tq = 86, a.Tk = 150, a.Hq = 4, a.Hkv = 2;  // 10 items: the single pass
+        check_backward(c.ctx, a, rng);
+        a.Hkv = 1;  // 5 items of 2 slices: the sliced single pass
         check_backward(c.ctx, a, rng);
         AttnBwdRun r = run_backward(c.ctx, a, rng);
         REQUIRE(r.status == WKV_OK);
@@ -141,14 +152,17 @@ TEST_CASE("attention backward: packed sequences, and what sees nothing gets zero
 }
 
 TEST_CASE("attention backward: the same bits for every thread count") {
-    for (const int64_t kv_heads : {2, 4}) {  // the two passes; the single pass
+    const int64_t ways[3][2] = {{1, 2}, {2, 2}, {2, 4}};  // B, kv heads: three passes, sliced, single
+    for (const auto& way : ways) {
+    const int64_t kv_heads = way[1];
+    CAPTURE(way[0]);
     CAPTURE(kv_heads);
     std::vector<double> first[3];
     for (const int32_t threads : {1, 2, 5}) {
         Ctx c(threads);
         Rng rng(7);
         AttnCase a;
-        a.causal = true, a.B = 2, a.Tq = 200, a.Tk = 230, a.Hq = 2 * kv_heads, a.Hkv = kv_heads, a.D = 32;
+        a.causal = true, a.B = way[0], a.Tq = 200, a.Tk = 230, a.Hq = 2 * kv_heads, a.Hkv = kv_heads, a.D = 32;
         AttnBwdRun r = run_backward(c.ctx, a, rng);
         REQUIRE(r.status == WKV_OK);
         if (threads == 1) {

@@ -4,9 +4,11 @@
  * No item accumulates into memory another item writes (no atomics, no workspace, results
  * independent of the thread count). Two ways, chosen by the shape alone:
  *   - the single pass (single_item, below), when there are at least kSingleMinItems
- *     (sequence, kv head) items and their rows fit the scratch: 5 products of rows x keys x D;
- *   - three passes otherwise (few items: MQA at B = 1, say), parallel over key blocks and row
- *     tiles at the price of P and dS computed twice (7 products):
+ *     (sequence, kv head) items, or as many items of slices of a kv head's query heads (GQA,
+ *     MQA: each slice's dk, dv summed in slice order afterwards), and their rows fit the
+ *     scratch: 5 products of rows x keys x D;
+ *   - three passes otherwise (few items, no heads to slice: MHA with B H < 8), parallel over
+ *     key blocks and row tiles at the price of P and dS computed twice (7 products):
  *     0. delta = rowsum(dout * o) - dlse per (batch, query head, row).
  *     1. dk, dv: an item is (sequence, kv head, block of Bc keys). It packs its keys and values
  *        transposed once, then walks every query row (of each of the kv head's query heads)
@@ -39,6 +41,10 @@ constexpr int64_t kDeltaRows = 256; /* rows per item of pass 0 */
 constexpr int64_t kSingleMinItems = 8;
 constexpr int64_t kSingleMaxFloats = int64_t(4) << 20;
 constexpr int64_t kSingleBudgetFloats = int64_t(16) << 20;
+/* Fewer (sequence, kv head) items than kSingleMinItems but several query heads per kv head
+ * (GQA, MQA at small B): the items split the query heads into slices, each slice's dk and dv go
+ * to a partial buffer of at most kSlicePartialFloats floats (256 MiB), summed in slice order. */
+constexpr int64_t kSlicePartialFloats = int64_t(64) << 20;
 
 
 /* Floats of one chunk's scratch at head dim D (both passes' layouts fit in it). */
@@ -109,6 +115,8 @@ struct BwdJob {
     float* scratch; /* chunk c at scratch + c * floats */
     int64_t floats;
     int64_t single_rows; /* the single pass: rows of the packed q, dout, dq per chunk */
+    int64_t slices;      /* the single pass: query-head slices per kv head (1: dk, dv stored directly) */
+    float* partial;      /* slices > 1: [slices][B * Tk][Hkv][2][D] dk, dv of each slice */
 };
 
 struct Scratch {
@@ -133,6 +141,17 @@ void store_kv(const BwdJob& job, int64_t b, int64_t g, int64_t j0, int64_t nb, c
         store_row(job.p->dk, view_offset(job.p->dk, b, j0 + j, g), D, row);
         for (int64_t d = 0; d < D; ++d) row[d] = dvt[d * kBc + j];
         store_row(job.p->dv, view_offset(job.p->dv, b, j0 + j, g), D, row);
+    }
+}
+
+/* store_kv's rows into slice sl's partial dk, dv (slices > 1). */
+void store_kv_partial(const BwdJob& job, int64_t sl, int64_t b, int64_t g, int64_t j0, int64_t nb, const float* dkt,
+                      const float* dvt) {
+    const wkv_attention_problem& f = job.p->fwd;
+    const int64_t D = f.D;
+    for (int64_t j = 0; j < nb; ++j) {
+        float* out = job.partial + (((sl * f.B + b) * f.Tk + j0 + j) * f.Hkv + g) * 2 * D;
+        for (int64_t d = 0; d < D; ++d) out[d] = dkt[d * kBc + j], out[D + d] = dvt[d * kBc + j];
     }
 }
 
@@ -278,30 +297,32 @@ struct SingleLayout {
     int64_t floats; /* per chunk */
 };
 
-SingleLayout single_layout(const wkv_attention_problem& f, int64_t longest_q) {
+SingleLayout single_layout(const wkv_attention_problem& f, int64_t longest_q, int64_t slices) {
     const int64_t Dp = attn_padded_dim(f.D), group = f.Hq / f.Hkv;
     SingleLayout l;
-    l.rows = (longest_q * group + 15) / 16 * 16; /* every region 64-byte aligned for the vector steps */
+    l.rows = (longest_q * ((group + slices - 1) / slices) + 15) / 16 * 16; /* every region 64-byte aligned for the vector steps */
     l.floats = 3 * l.rows * Dp /* q, dout, dq */ + 2 * l.rows /* lse, delta */ + chunk_floats(f.D);
     return l;
 }
 
 void single_item(const BwdJob& job, int64_t item, float* m) {
     const wkv_attention_problem& f = job.p->fwd;
-    const int64_t D = f.D, Dp = attn_padded_dim(D), g = item % f.Hkv, sq = item / f.Hkv, group = f.Hq / f.Hkv;
+    const int64_t D = f.D, Dp = attn_padded_dim(D), group = f.Hq / f.Hkv;
+    const int64_t sl = item % job.slices, g = item / job.slices % f.Hkv, sq = item / job.slices / f.Hkv;
+    const int64_t h_lo = sl * group / job.slices, h_hi = (sl + 1) * group / job.slices; /* this slice's heads */
     int64_t b, q0, q1, k0, k1;
     wkv_attention_sequence(&f, sq, &b, &q0, &q1, &k0, &k1);
-    const int64_t T = q1 - q0, R = T * group;
+    const int64_t T = q1 - q0, R = T * (h_hi - h_lo);
     float* Q = m;
     float* G = Q + job.single_rows * Dp;
     float* DQ = G + job.single_rows * Dp;
     float* LSE = DQ + job.single_rows * Dp;
     float* DELTA = LSE + job.single_rows;
     Scratch s(DELTA + job.single_rows, D);
-    /* row x = (h - g * group) * T + (t - q0) */
-    for (int64_t hh = 0; hh < group; ++hh)
+    /* row x = (h - g * group - h_lo) * T + (t - q0) */
+    for (int64_t hh = h_lo; hh < h_hi; ++hh)
         for (int64_t t = q0; t < q1; ++t) {
-            const int64_t h = g * group + hh, x = hh * T + (t - q0);
+            const int64_t h = g * group + hh, x = (hh - h_lo) * T + (t - q0);
             float* q = Q + x * Dp;
             float* gr = G + x * Dp;
             load_row(f.q, view_offset(f.q, b, t, h), D, q);
@@ -328,9 +349,9 @@ void single_item(const BwdJob& job, int64_t item, float* m) {
         float* dv = s.kbuf + kBc * Dp;
         std::memset(dk, 0, sizeof(float) * (size_t)(2 * kBc * Dp));
         const int64_t t0 = f.causal ? std::max(q0, q0 + (j0 - k0) - shift) : q0;
-        for (int64_t hh = 0; hh < group; ++hh)
+        for (int64_t hh = h_lo; hh < h_hi; ++hh)
             for (int64_t r0 = t0; r0 < q1; r0 += kBr) {
-                const int64_t rows = std::min(kBr, q1 - r0), x0 = hh * T + (r0 - q0);
+                const int64_t rows = std::min(kBr, q1 - r0), x0 = (hh - h_lo) * T + (r0 - q0);
                 for (int64_t r = 0; r < rows; ++r)
                     s.seen[r] = seen_in_block(f, r0 + r, q0, q1, k0, k1, j0, nb, LSE[x0 + r]);
                 const float* q = Q + x0 * Dp;
@@ -344,11 +365,12 @@ void single_item(const BwdJob& job, int64_t item, float* m) {
                 if (!job.fns.q || !job.fns.q(s.ds, rows, Dp, s.q, nb, kBc, dq))
                     scalar_q(s.ds, rows, Dp, s.q, nb, kBc, dq);
             }
-        store_kv(job, b, g, j0, nb, dk, dv, s.row);
+        if (job.slices > 1) store_kv_partial(job, sl, b, g, j0, nb, dk, dv);
+        else store_kv(job, b, g, j0, nb, dk, dv, s.row);
     }
-    for (int64_t hh = 0; hh < group; ++hh)
+    for (int64_t hh = h_lo; hh < h_hi; ++hh)
         for (int64_t t = q0; t < q1; ++t) {
-            float* dq = DQ + (hh * T + (t - q0)) * Dp;
+            float* dq = DQ + ((hh - h_lo) * T + (t - q0)) * Dp;
             for (int64_t d = 0; d < D; ++d) dq[d] *= f.scale;
             store_row(job.p->dq, view_offset(job.p->dq, b, t, g * group + hh), D, dq);
         }
@@ -360,6 +382,29 @@ void single_chunk(void* data, int64_t begin, int64_t end) {
         int64_t i0, i1;
         chunk_items(job.items, job.chunks, c, &i0, &i1);
         for (int64_t i = i0; i < i1; ++i) single_item(job, i, job.scratch + c * job.floats);
+    }
+}
+
+/* slices > 1: dk, dv of key rows [begin, end) of B * Tk * Hkv, the slices summed in order. */
+void slice_sum_chunk(void* data, int64_t begin, int64_t end) {
+    const BwdJob& job = *static_cast<const BwdJob*>(data);
+    const wkv_attention_problem& f = job.p->fwd;
+    const int64_t D = f.D, rows = f.B * f.Tk * f.Hkv;
+    float* sum = job.scratch; /* unused by now: the items have finished */
+    for (int64_t c = begin; c < end; ++c) {
+        int64_t i0, i1;
+        chunk_items(rows, job.chunks, c, &i0, &i1);
+        float* acc = sum + c * 2 * D;
+        for (int64_t i = i0; i < i1; ++i) {
+            for (int64_t d = 0; d < 2 * D; ++d) acc[d] = 0.0f;
+            for (int64_t sl = 0; sl < job.slices; ++sl) {
+                const float* pr = job.partial + (sl * rows + i) * 2 * D;
+                for (int64_t d = 0; d < 2 * D; ++d) acc[d] += pr[d];
+            }
+            const int64_t g = i % f.Hkv, j = i / f.Hkv % f.Tk, b = i / f.Hkv / f.Tk;
+            store_row(job.p->dk, view_offset(job.p->dk, b, j, g), D, acc);
+            store_row(job.p->dv, view_offset(job.p->dv, b, j, g), D, acc + D);
+        }
     }
 }
 
@@ -406,18 +451,27 @@ wkv_status attention_backward(const BackendState& st, const AttnBwdFns& fns, con
     }
     /* The single pass when the shape alone says it is parallel enough and its per-item rows fit
      * (the choice never depends on the thread count, so neither do the bits) */
-    const SingleLayout single = single_layout(f, longest_q);
-    const int64_t single_items = f.num_seqs * f.Hkv;
+    const int64_t group = f.Hq / f.Hkv, kv_items = f.num_seqs * f.Hkv;
+    int64_t slices = 1;
+    if (kv_items > 0 && kv_items < kSingleMinItems && group > 1) {
+        slices = std::min(group, (kSingleMinItems + kv_items - 1) / kv_items);
+        if (slices * 2 * f.B * f.Tk * f.Hkv * f.D > kSlicePartialFloats) slices = 1; /* the three passes */
+    }
+    const SingleLayout single = single_layout(f, longest_q, slices);
+    const int64_t single_items = kv_items * slices;
     if (single_items >= kSingleMinItems && single.floats <= kSingleMaxFloats) {
         BwdJob job;
         job.p = p;
         job.fns = fns;
         job.floats = single.floats;
         job.single_rows = single.rows;
+        job.slices = slices;
         job.items = single_items;
         job.chunks = std::min(chunk_count(&st, single_items), std::max<int64_t>(1, kSingleBudgetFloats / single.floats));
-        const uint64_t bytes = cs.mul(cs.mul((uint64_t)job.chunks, (uint64_t)single.floats), 4);
+        const uint64_t partial_floats = slices > 1 ? (uint64_t)(slices * 2 * f.B * f.Tk * f.Hkv * f.D) : 0;
+        const uint64_t bytes = cs.mul(cs.add(cs.mul((uint64_t)job.chunks, (uint64_t)single.floats), partial_floats), 4);
         job.scratch = cs.overflow ? nullptr : static_cast<float*>(st.scratch((size_t)bytes));
+        job.partial = job.scratch ? job.scratch + job.chunks * single.floats : nullptr;
         if (!job.scratch) {
             set_message(msg, "out of memory for %llu bytes of attention backward scratch", (unsigned long long)bytes);
             return WKV_ERROR_OUT_OF_MEMORY;
@@ -429,6 +483,12 @@ wkv_status attention_backward(const BackendState& st, const AttnBwdFns& fns, con
         }
         if (st.args.own_pool && job.chunks <= 1) single_chunk(&job, 0, job.chunks);
         else st.args.parallel_for(st.args.parallel_for_user_data, job.chunks, single_chunk, &job);
+        if (slices > 1) { /* the slices' dk, dv summed; job.chunks * 2 D floats of sums fit the chunks' scratch */
+            const int64_t rows = f.B * f.Tk * f.Hkv;
+            job.chunks = std::min(job.chunks, std::max<int64_t>(1, rows));
+            if (st.args.own_pool && job.chunks <= 1) slice_sum_chunk(&job, 0, job.chunks);
+            else if (rows > 0) st.args.parallel_for(st.args.parallel_for_user_data, job.chunks, slice_sum_chunk, &job);
+        }
         return WKV_OK;
     }
     const uint64_t prefix_bytes = cs.align_up(cs.mul(2 * ((uint64_t)f.num_seqs + 1), sizeof(int64_t)), 64);
