@@ -36,7 +36,8 @@ CASES = [(1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 64, True), 
          (1, 32, 1, 4096, 32, 64, False), (1, 32, 1, 4096, 8, 64, False), (1, 32, 1, 16384, 8, 64, False)]
 
 # training steps (forward + backward)
-TRAIN_CASES = [(1, 32, 1024, 1024, 32, 64, True), (1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 128, True)]
+TRAIN_CASES = [(1, 32, 1024, 1024, 32, 64, True), (1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 128, True),
+               (1, 32, 1024, 1024, 4, 64, True)]
 
 
 def median_ms(fn, repeats):
@@ -103,7 +104,8 @@ def main() -> int:
         t_torch, t_wkv = median_ms(torch_step, args.repeats), median_ms(wkv_step, args.repeats)
         flops = 14.0 * B * H * Tq * Tk * D * (0.5 if causal and Tq == Tk else 1.0)  # 2 + 5 products
         row = {"case": "attention fwd+bwd%s" % (" causal" if causal else ""),
-               "shape": "B=%d H=%d T=%d D=%d" % (B, H, Tq, D), "dtype": "f32", "libwkv_ms": t_wkv,
+               "shape": ("B=%d H=%d T=%d D=%d" % (B, H, Tq, D) if Hkv == H else
+                         "B=%d H=%d/%d T=%d D=%d" % (B, H, Hkv, Tq, D)), "dtype": "f32", "libwkv_ms": t_wkv,
                "config": default, "configs_ms": {default: t_wkv}, "anchor": "torch SDPA + autograd (CPU)",
                "anchor_ms": t_torch, "libwkv_tflops": flops / t_wkv / 1e9}
         rows.append(row)
