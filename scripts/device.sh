@@ -215,6 +215,11 @@ if [ -d "$root/.vk" ]; then
       vkrun "$vk/wkv-bench" perf --op attention --backend vulkan --B 4 --T "$T" --H 32 --D "$D" --causal \
         --config all --repeat 5 --json >>"$perf" 2>>"$out/vulkan.log" || note "vulkan attention D=$D T=$T failed (vulkan.log)"
     done; done
+    # its backward (bf16 and f32, the training shapes of BENCHMARKS.md's CPU attention table)
+    for dt in bf16 f32; do
+      vkrun "$vk/wkv-bench" perf --op attention --backend vulkan --B 4 --T 1024 --H 32 --D 64 --causal --dtype "$dt" \
+        --pass backward --repeat 5 --json >>"$perf" 2>>"$out/vulkan.log" || note "vulkan attention backward $dt failed (vulkan.log)"
+    done
     kill "$clk" 2>/dev/null
     note "vulkan perf SM clock (MHz): $(awk -F', ' '{print $2}' "$out/vulkan_clocks.csv" | sort -n | awk '{a[NR]=$1} END {if (NR) print "min " a[1] ", median " a[int((NR+1)/2)] ", max " a[NR] " over " NR " samples"}')"
   fi

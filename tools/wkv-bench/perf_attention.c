@@ -1,5 +1,5 @@
-/* wkv-bench perf --op attention: times wkv_attention, with the backend's default kernel
- * configuration or with each of them (--config NAME|all). */
+/* wkv-bench perf --op attention: times wkv_attention (with the backend's default kernel
+ * configuration or with each of them: --config NAME|all) and wkv_attention_backward. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,14 +13,17 @@ static void attn_usage(FILE* f) {
             "usage: wkv-bench perf --op attention [--backend auto|cpu|cuda|vulkan] [--device I]\n"
             "                      [--B B] [--T T] [--Tk TK] [--H HQ] [--kv-heads HKV] [--D D]\n"
             "                      [--dtype f32|f16|bf16] [--causal] [--config NAME|all]\n"
-            "                      [--threads K] [--repeat R] [--warmup W] [--json]\n"
+            "                      [--pass forward|backward|both] [--threads K] [--repeat R]\n"
+            "                      [--warmup W] [--json]\n"
             "\n"
-            "Times softmax attention forward (wkv_attention) on random host tensors: q [B, T, HQ, D],\n"
-            "k and v [B, TK, HKV, D] (TK defaults to T, HKV to HQ), medians of R calls after W.\n"
-            "TFLOP/s counts 4 B HQ T TK D (halved when causal and T = TK).\n"
-            "  --config NAME  pin one configuration (wkv_attention_configs); `all`: each in turn\n"
+            "Times softmax attention (wkv_attention, wkv_attention_backward) on random host tensors:\n"
+            "q [B, T, HQ, D], k and v [B, TK, HKV, D] (TK defaults to T, HKV to HQ), medians of R calls\n"
+            "after W. TFLOP/s counts 4 B HQ T TK D for the forward, 10 B HQ T TK D (its five products)\n"
+            "for the backward, halved when causal and T = TK.\n"
+            "  --config NAME  pin one forward configuration (wkv_attention_configs); `all`: each in turn\n"
+            "  --pass P       forward (default), backward (after one forward that writes lse), or both\n"
             "  --json         one JSON object per measurement and line: kind \"perf\", op \"attention\",\n"
-            "                 backend, device, dtype, B, T, Tk, H, kv_heads, D, causal, config,\n"
+            "                 pass, backend, device, dtype, B, T, Tk, H, kv_heads, D, causal, config,\n"
             "                 threads, repeat, median_ms, min_ms, tflops\n");
 }
 
@@ -44,7 +47,7 @@ int bench_perf_attention(int argc, char** argv) {
     wkv_backend backend = WKV_BACKEND_AUTO;
     int64_t B = 1, T = 1024, Tk = -1, H = 32, Hkv = -1, D = 64, threads = 0, repeat = 5, warmup = 1, device = 0;
     wkv_dtype dt = WKV_DTYPE_F32;
-    int causal = 0, json = 0;
+    int causal = 0, json = 0, fwd = 1, bwd = 0;
     const char* config = NULL;
     for (int i = 1; i < argc; i++) {
         const char* v = NULL;
@@ -64,6 +67,12 @@ int bench_perf_attention(int argc, char** argv) {
         } else if ((m = bench_opt(argc, argv, &i, cmd, "--config", &v))) {
             if (m < 0) return BENCH_USAGE;
             config = v;
+        } else if ((m = bench_opt(argc, argv, &i, cmd, "--pass", &v))) {
+            if (m < 0) return BENCH_USAGE;
+            if (!strcmp(v, "forward")) fwd = 1, bwd = 0;
+            else if (!strcmp(v, "backward")) fwd = 0, bwd = 1;
+            else if (!strcmp(v, "both")) fwd = 1, bwd = 1;
+            else return bench_usage_error(cmd, "--pass: '%s' is not forward, backward or both", v);
         } else if (!strcmp(argv[i], "--causal")) {
             causal = 1;
         } else if (!strcmp(argv[i], "--json")) {
@@ -114,16 +123,21 @@ int bench_perf_attention(int argc, char** argv) {
     const int64_t nq = B * T * H * D, nk = B * Tk * Hkv * D;
     void *q = malloc((size_t)nq * es), *k = malloc((size_t)nk * es), *v = malloc((size_t)nk * es),
          *o = malloc((size_t)nq * es);
+    /* the backward's: lse, dout, dq, dk, dv (one byte when not timed) */
+    const size_t nl = bwd ? (size_t)(B * H * T) : 1, nbq = bwd ? (size_t)nq * es : 1, nbk = bwd ? (size_t)nk * es : 1;
+    float* lse = (float*)malloc(sizeof(float) * nl);
+    void *dout = malloc(nbq), *dq = malloc(nbq), *dk = malloc(nbk), *dv = malloc(nbk);
     double* times = (double*)malloc(sizeof(double) * (size_t)repeat);
     int rc = BENCH_OK;
-    if (!q || !k || !v || !o || !times) {
+    if (!q || !k || !v || !o || !times || !lse || !dout || !dq || !dk || !dv) {
         bench_error("wkv-bench %s: out of memory\n", cmd);
         rc = BENCH_FAIL;
         goto out;
     }
     wkvt_rng rng;
     wkvt_rng_seed(&rng, 1);
-    if (fill_random(q, dt, nq, &rng) || fill_random(k, dt, nk, &rng) || fill_random(v, dt, nk, &rng)) {
+    if (fill_random(q, dt, nq, &rng) || fill_random(k, dt, nk, &rng) || fill_random(v, dt, nk, &rng) ||
+        (bwd && fill_random(dout, dt, nq, &rng))) {
         bench_error("wkv-bench %s: out of memory\n", cmd);
         rc = BENCH_FAIL;
         goto out;
@@ -135,17 +149,29 @@ int bench_perf_attention(int argc, char** argv) {
     d.flags = causal ? WKV_ATTENTION_CAUSAL : 0;
     d.q = wkv_tensor_make(q, dt, 4, qshape), d.k = wkv_tensor_make(k, dt, 4, kshape);
     d.v = wkv_tensor_make(v, dt, 4, kshape), d.o = wkv_tensor_make(o, dt, 4, qshape);
+    const int64_t lshape[3] = {B, H, T};
+    wkv_attention_backward_desc bd;
+    memset(&bd, 0, sizeof bd);
+    bd.struct_size = sizeof bd;
+    bd.forward = &d;
+    bd.dout = wkv_tensor_make(dout, dt, 4, qshape), bd.dq = wkv_tensor_make(dq, dt, 4, qshape);
+    bd.dk = wkv_tensor_make(dk, dt, 4, kshape), bd.dv = wkv_tensor_make(dv, dt, 4, kshape);
     char dev[256];
     bench_device_name(wkv_context_backend(ctx), (int32_t)device, dev, sizeof dev);
-    const double flops = 4.0 * (double)B * (double)H * (double)T * (double)Tk * (double)D * (causal && T == Tk ? 0.5 : 1.0);
-    for (int c = 0; c < nnames; c++) {
-        d.config = names[c];
-        bench_progress(c + 1, nnames, "attention %s", names[c] ? names[c] : "(default)");
-        wkv_status st = WKV_OK;
-        for (int64_t w = 0; w < warmup && !st; w++) st = wkv_attention(ctx, &d);
+    const double pairs = (double)B * (double)H * (double)T * (double)Tk * (double)D * (causal && T == Tk ? 0.5 : 1.0);
+    /* runs: each configuration's forward, then the backward (once: it has no configurations) */
+    const int nruns = (fwd ? nnames : 0) + bwd;
+    for (int run = 0; run < nruns; run++) {
+        const int is_bwd = run >= (fwd ? nnames : 0), c = is_bwd ? 0 : run;
+        d.config = is_bwd ? NULL : names[c];
+        d.lse = is_bwd ? wkv_tensor_make(lse, WKV_DTYPE_F32, 3, lshape) : wkv_tensor_make(NULL, WKV_DTYPE_F32, 3, lshape);
+        const double flops = (is_bwd ? 10.0 : 4.0) * pairs;
+        bench_progress(run + 1, nruns, "attention %s", is_bwd ? "backward" : names[c] ? names[c] : "(default)");
+        wkv_status st = is_bwd ? wkv_attention(ctx, &d) : WKV_OK; /* the backward's o and lse */
+        for (int64_t w = 0; w < warmup && !st; w++) st = is_bwd ? wkv_attention_backward(ctx, &bd) : wkv_attention(ctx, &d);
         for (int64_t r = 0; r < repeat && !st; r++) {
             const double t0 = wkvt_now();
-            st = wkv_attention(ctx, &d);
+            st = is_bwd ? wkv_attention_backward(ctx, &bd) : wkv_attention(ctx, &d);
             if (!st) st = wkv_context_synchronize(ctx);
             times[r] = wkvt_now() - t0;
         }
@@ -156,11 +182,12 @@ int bench_perf_attention(int argc, char** argv) {
         }
         qsort(times, (size_t)repeat, sizeof *times, cmp_d);
         const double med = times[repeat / 2], mn = times[0];
-        const char* cname = names[c] ? names[c] : "(default)";
+        const char* cname = is_bwd ? "(backward)" : names[c] ? names[c] : "(default)";
+        const char* pass = is_bwd ? "backward" : "forward";
         bench_progress_clear();
         const int nthr = wkv_context_backend(ctx) == WKV_BACKEND_CPU ? bench_cpu_threads((int)threads) : 0;
         if (json) {
-            printf("{\"kind\":\"perf\",\"op\":\"attention\",\"backend\":\"%s\",\"device\":",
+            printf("{\"kind\":\"perf\",\"op\":\"attention\",\"pass\":\"%s\",\"backend\":\"%s\",\"device\":", pass,
                    wkvt_backend_name(wkv_context_backend(ctx)));
             bench_json_string(stdout, dev);
             printf(",\"dtype\":\"%s\",\"B\":%lld,\"T\":%lld,\"Tk\":%lld,\"H\":%lld,\"kv_heads\":%lld,\"D\":%lld,"
@@ -171,16 +198,16 @@ int bench_perf_attention(int argc, char** argv) {
             printf(",\"threads\":%d,\"repeat\":%lld,\"median_ms\":%.6g,\"min_ms\":%.6g,\"tflops\":%.6g}\n", nthr,
                    (long long)repeat, med * 1e3, mn * 1e3, flops / med * 1e-12);
         } else {
-            printf("attention %s %s B=%lld T=%lld Tk=%lld H=%lld/%lld D=%lld%s %s: median %.3f ms (min %.3f)  "
+            printf("attention %s %s %s B=%lld T=%lld Tk=%lld H=%lld/%lld D=%lld%s %s: median %.3f ms (min %.3f)  "
                    "%.3g TFLOP/s\n",
-                   wkvt_backend_name(wkv_context_backend(ctx)), wkvt_dtype_name(dt), (long long)B, (long long)T,
+                   pass, wkvt_backend_name(wkv_context_backend(ctx)), wkvt_dtype_name(dt), (long long)B, (long long)T,
                    (long long)Tk, (long long)H, (long long)Hkv, (long long)D, causal ? " causal" : "", cname,
                    med * 1e3, mn * 1e3, flops / med * 1e-12);
         }
         fflush(stdout);
     }
 out:
-    free(q), free(k), free(v), free(o), free(times);
+    free(q), free(k), free(v), free(o), free(times), free(lse), free(dout), free(dq), free(dk), free(dv);
     wkv_context_destroy(ctx);
     return rc;
 }
