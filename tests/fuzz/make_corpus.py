@@ -278,6 +278,12 @@ def attention_seeds():
     s["bwd_tk_zero"] = att((1, 6, 0, 1, 1, 8), {"lse": 1}, bwd=(2,))
     s["bwd_3_threads"] = att((3, 17, 17, 1, 2, 24), {"ctx": 2, "flags": 1, "lse": 1}, bwd=(2,))
     s["bwd_without_lse"] = att((1, 4, 4, 1, 1, 8), bwd=(1,))
+    # the CPU backward's ways (attention_backward.cpp): 8 (sequence, kv head) items, the single
+    # pass; one kv head of 8 query heads, 8 slices; packed, 2 sequences x 4 slices
+    s["bwd_single_pass"] = att((2, 9, 9, 4, 2, 16), {"flags": 1, "lse": 1}, bwd=(2,))
+    s["bwd_sliced_mqa"] = att((1, 9, 13, 1, 8, 16), {"flags": 1, "lse": 1}, bwd=(3,))
+    s["bwd_sliced_packed"] = att((1, 20, 24, 1, 4, 8), {"pack": 1, "nseq": 2, "flags": 1, "lse": 1},
+                                 cuts=(3, 7, 11, 0, 5, 9, 20), bwd=(2,))
     # f16 with gradients of ~1e-2: the stored o's rounding is a visible share of them (the slack)
     s["bwd_f16_small_gradients"] = att((1, 4, 4, 1, 1, 2), {"dtype": 1, "lse": 1, "pack": 1, "data": 0},
                                        raw={28: 0xB5B5B5B5}, bwd=(1,))
