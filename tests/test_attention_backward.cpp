@@ -89,16 +89,18 @@ TEST_CASE("attention backward: against the float64 reference, every dtype, mask,
                     check_backward(c.ctx, a, rng);
                 }
     // multi-query: B = 1 with 6 heads, the three passes (6 slices: too few items); 8 heads, 8
-    // slices; B = 8, the single pass
-    const int64_t mqa[3][2] = {{1, 6}, {1, 8}, {8, 6}};  // B, query heads
+    // slices; B = 8, the single pass; and 2 kv heads of 3 query heads at B = 2: 4 items of 2
+    // uneven slices (1 and 2 heads)
+    const int64_t mqa[4][3] = {{1, 6, 1}, {1, 8, 1}, {8, 6, 1}, {2, 6, 2}};  // B, query heads, kv heads
     for (const auto& m : mqa)
     for (const bool causal : {false, true}) {
         CAPTURE(m[0]);
         CAPTURE(m[1]);
+        CAPTURE(m[2]);
         CAPTURE(causal);
         AttnCase a;
         a.B = m[0], a.causal = causal;
-        a.Tq = 7, a.Tk = 150, a.Hq = m[1], a.Hkv = 1;  // Tq < Tk, multi-query
+        a.Tq = 7, a.Tk = 150, a.Hq = m[1], a.Hkv = m[2];  // Tq < Tk, multi-query
         check_backward(c.ctx, a, rng);
         a.Tq = 1, a.Tk = 1;  // one token
         check_backward(c.ctx, a, rng);
