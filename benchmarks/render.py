@@ -21,12 +21,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks"
 TARGET = ROOT / "BENCHMARKS.md"
 ORDER = ["cuda", "vulkan", "cpu", "attention-cuda", "attention-cpu", "model-cuda", "model-cpu", "python-cuda",
-         "python-cpu", "context-parallel-cpu"]
+         "python-cpu", "context-parallel-cuda", "context-parallel-cpu"]
 TITLES = {"cuda": "CUDA plugin", "vulkan": "Vulkan plugin", "cpu": "CPU backend",
           "model-cuda": "RWKV-7 model (wkv.model), CUDA", "model-cpu": "RWKV-7 model (wkv.model), CPU",
           "python-cuda": "Python call overhead, CUDA tensors", "python-cpu": "Python call overhead, CPU",
           "attention-cuda": "Attention (wkv_attention), CUDA", "attention-cpu": "Attention (wkv_attention), CPU",
-          "context-parallel-cpu": "Context parallelism on one device (wkv.torch.rwkv7_segmented), CPU"}
+          "context-parallel-cpu": "Context parallelism on one device (wkv.torch.rwkv7_segmented), CPU",
+          "context-parallel-cuda": "Context parallelism on one device (wkv.torch.rwkv7_segmented), CUDA"}
 
 
 def us(x):
@@ -175,7 +176,8 @@ def render():
             table = {"cpu": cpu_table, "model-cpu": model_table, "model-cuda": model_table,
                      "python-cpu": python_table, "python-cuda": python_table,
                      "attention-cpu": attention_table, "attention-cuda": attention_table,
-                     "context-parallel-cpu": context_parallel_table}.get(backend, gpu_table)
+                     "context-parallel-cpu": context_parallel_table,
+                     "context-parallel-cuda": context_parallel_table}.get(backend, gpu_table)
             out += table(doc)
     out += [
         "",
