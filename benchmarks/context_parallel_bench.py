@@ -38,7 +38,7 @@ def inputs(T, dtype, grad, device="cpu"):
     g = torch.Generator().manual_seed(T)
     shape = (1, T, H, N)
     r, k, v = [torch.randn(shape, generator=g) * 0.5 for _ in range(3)]
-    w = -torch.rand(shape, generator=g) * 0.5 - 0.05  # clampw's w: a decay of exp(-exp(-0.5 - softplus(-w)))
+    w = -torch.rand(shape, generator=g) * 0.5 - 0.05  # w for the clampw decay form (wkv.h)
     kk = torch.nn.functional.normalize(torch.randn(shape, generator=g), dim=-1)
     a = -kk
     b = kk * torch.rand(shape, generator=g)

@@ -18,8 +18,8 @@ exchange is an all_gather whose backward all-reduces the gradients). So it pays 
 two workers, segments long against N.
 
 RWKV-6/5 have the same form with a diagonal A (the per-column product of the decays; u only
-touches y, and the run with v = 0 has no bonus term). RWKV-4's state is the log-space triple (aa, bb, pp) (true numerator aa e^pp,
-denominator bb e^pp): in linear space each channel decays by e^wd per token (wd = -exp(w), one
+touches y, and the run with v = 0 has no bonus term). RWKV-4's state is the log-space triple
+(aa, bb, pp) (true numerator aa e^pp, denominator bb e^pp): in linear space each channel decays by e^wd per token (wd = -exp(w), one
 value per channel, time-invariant), so a segment of L tokens maps a start (aa0, bb0, pp0) to
 its zero-start end (aaS, bbS, ppS) plus the start decayed by e^(L wd); this module applies that
 in log space (p = max(pp0 + L wd, ppS), every exponent <= 0), so its transition is
@@ -112,11 +112,11 @@ class _Correct(torch.autograd.Function):
     def backward(ctx, dy):
         y1, start = ctx.saved_tensors
         g, z = dy.float(), y1.float()
-        dz = torch.zeros_like(z)
+        dz = torch.empty_like(z)
         dstart = torch.empty_like(start)
         for b in range(g.shape[0]):
             gb = g[b].transpose(0, 1)  # [H, T, N]
-            dz[b].transpose(0, 1).baddbmm_(gb, start[b])
+            dz[b].transpose(0, 1).baddbmm_(gb, start[b], beta=0)  # beta = 0: dz's contents are not read
             torch.bmm(gb.transpose(1, 2), z[b].transpose(0, 1), out=dstart[b])
         return dy.to(ctx.y0_dtype), dz.to(y1.dtype), dstart
 
