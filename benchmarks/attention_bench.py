@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """libwkv's attention forward against torch.nn.functional.scaled_dot_product_attention in the
-same process, on the CPU (or CUDA with --device cuda once the plugin has a kernel).
+same process, on the CPU (or CUDA with --device cuda: the plugin's kernel is opt-in, WKV_CUDA_ATTENTION=1).
 
     WKV_LIBRARY=build/libwkv.so PYTHONPATH=bindings/python/src \
         python3 benchmarks/attention_bench.py --out benchmarks/attention-cpu-zen4.json

@@ -161,6 +161,16 @@ if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
   wb cuda --B 1,256 --T 1 --dtype f32 --pass forward
   stamp "wkv-bench perf cuda done" | tee -a "$summary"
 fi
+# Softmax attention on CUDA (the SIMT kernel, opt-in until this run's wkv_cuda_tests pass:
+# WKV_CUDA_ATTENTION=1): bf16, the speed table's shapes, tensors in wkv_buffers
+if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
+  for D in 64 128; do for T in 1024 4096; do for c in "" --causal; do
+    # shellcheck disable=SC2086
+    WKV_CUDA_ATTENTION=1 "$bench" perf --op attention --backend cuda --B 4 --T "$T" --H 32 --D "$D" $c --dtype bf16 \
+      --repeat 10 --json >>"$perf" 2>>"$out/golden_bench.log" || note "cuda attention D=$D T=$T $c failed (golden_bench.log)"
+  done; done; done
+  stamp "wkv-bench perf cuda attention done" | tee -a "$summary"
+fi
 # RWKV-6 and RWKV-4 anchors (issue 5): fwd+bwd B=8 T=4096, RWKV-6 H=32 N=64 bf16 (fla 7.29 ms),
 # RWKV-4 C=2048 fp32 (fla 5.53 ms). WKV_DEVICE_PERF64=1 runs them even with WKV_DEVICE_PERF=0.
 if [ "${WKV_DEVICE_PERF64:-${WKV_DEVICE_PERF:-1}}" = 1 ]; then
@@ -210,7 +220,7 @@ if [ -d "$root/.vk" ]; then
     # DESIGN.md, Forward): the knee in B at T=4096 and in T at B=8
     vb --B 2,4 --T 4096 --pass forward
     vb --B 8 --T 1024,2048 --pass forward
-    # attention (no anchor on Vulkan; the CUDA plugin has no attention yet): every configuration
+    # attention (the CUDA rows above are the same shapes): every configuration
     for D in 64 128; do for T in 1024 4096; do
       vkrun "$vk/wkv-bench" perf --op attention --backend vulkan --B 4 --T "$T" --H 32 --D "$D" --causal \
         --config all --repeat 5 --json >>"$perf" 2>>"$out/vulkan.log" || note "vulkan attention D=$D T=$T failed (vulkan.log)"
@@ -256,6 +266,11 @@ for line in open(sys.argv[1]):
     line = line.strip()
     if not line.startswith("{"): continue
     r = json.loads(line)
+    if r.get("op") == "attention":
+        print(f"attn   {r['pass']:8s} {r['dtype']:4s} {r['backend']:6s} B={r['B']:<4} T={r['T']:<5} H={r['H']}/{r['kv_heads']} D={r['D']}"
+              f"{' causal' if r['causal'] else '':7s} {r['config']:24s} {r['median_ms']:10.4f} ms (min {r['min_ms']:.4f})"
+              f"  {r['tflops']:.3f} TFLOP/s")
+        continue
     extra = (" graph" if r.get("graph") else "") + ("" if r.get("state", True) else " no-state")
     timing = r.get("timing", "wall") if "batch" not in r else f"{r['backend']} batch {r['batch']}"
     print(f"{r.get('op', ''):6s} {r['pass']:8s} {r['dtype']:4s} B={r['B']:<4} T={r['T']:<5} H={r['H']} N={r['N']}{extra:10s}"

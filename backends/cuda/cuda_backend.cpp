@@ -287,6 +287,9 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
     cudaGetLastError();
     if (const char* env = std::getenv("WKV_CUDA_RWKV7_CHUNKED_BWD"))
         st->chunk_bwd_mode = env[0] == '1' ? 1 : env[0] == '0' ? 0 : -1;
+    st->attn_ready = attn_prepare((size_t)st->smem_optin) == (int)cudaSuccess;
+    cudaGetLastError();
+    if (const char* env = std::getenv("WKV_CUDA_ATTENTION")) st->attn_enabled = env[0] == '1' && env[1] == 0;
     e = cudaStreamCreateWithFlags(&st->own_stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         wkv_status s = cuda_fail(nullptr, e, msg, "cudaStreamCreateWithFlags");
@@ -660,7 +663,7 @@ wkv_status cuda_forward(void* state, const wkv_problem* p, wkv_message* msg) {
     s = place_plan(p, false, 0, &pl, msg);
     if (s != WKV_OK) return s;
     StreamDrain drain(st->stream);
-    s = stage_in(st, p, &pl, &drain, msg);
+    s = stage_in(st, &pl, &drain, msg);
     if (s != WKV_OK) return s;
 
     if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
@@ -893,7 +896,7 @@ wkv_status cuda_backward(void* state, const wkv_problem* p, wkv_message* msg) {
     s = place_plan(p, ws_stage, need, &pl, msg);
     if (s != WKV_OK) return s;
     StreamDrain drain(st->stream);
-    s = stage_in(st, p, &pl, &drain, msg);
+    s = stage_in(st, &pl, &drain, msg);
     if (s != WKV_OK) return s;
     if (ws_stage) ws = pl.workspace;
     if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
@@ -958,6 +961,109 @@ wkv_status cuda_synchronize(void* state, wkv_message* msg) {
     return WKV_OK;
 }
 
+/* ------------------------------------------------------------------------------ attention */
+
+constexpr const char* kAttnConfigName = "cuda.simt.q16.kv32";
+
+int32_t cuda_attention_configs(void* state, wkv_attention_config* out, int32_t capacity) {
+    const CudaState* st = static_cast<const CudaState*>(state);
+    if (capacity >= 1) {
+        wkv_attention_config& c = out[0];
+        std::snprintf(c.name, sizeof c.name, "%s", kAttnConfigName);
+        c.max_head_dim = kAttnMaxD;
+        c.block_q = attn_rows_per_tile();
+        c.block_kv = 32;
+        c.warps = 4;
+        c.shared_bytes = (uint64_t)attn_smem_bytes(kAttnMaxD);
+        c.fits = st->attn_ready && st->attn_enabled ? 1 : 0;
+        c.is_default = 1;
+    }
+    return 1;
+}
+
+/* The attention forward's sequences per launch: at most kMaxSeqsPerLaunch (their offsets ride in
+ * the parameters), and few enough that the launch's tiles * Hq blocks stay a 31-bit grid. */
+int64_t attn_seqs_per_launch(const wkv_attention_problem* p, int64_t max_tiles) {
+    const int64_t cap = 0x7fffffff / (max_tiles * p->Hq > 0 ? max_tiles * p->Hq : 1);
+    return cap < (int64_t)kMaxSeqsPerLaunch ? cap : (int64_t)kMaxSeqsPerLaunch;
+}
+
+wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_message* msg) {
+    CudaState* st = static_cast<CudaState*>(state);
+    if (st->lost) return context_lost(msg);
+    if (!st->attn_enabled) {
+        set_message(msg, "softmax attention: the CUDA kernel (%s) has not yet been validated on a GPU; "
+                         "set WKV_CUDA_ATTENTION=1 before creating the context to run it anyway, or use "
+                         "the CPU or Vulkan backend", kAttnConfigName);
+        return WKV_ERROR_UNSUPPORTED;
+    }
+    if (p->D > kAttnMaxD) {
+        set_message(msg, "attention head dim D = %lld: this backend takes D <= %d", (long long)p->D, (int)kAttnMaxD);
+        return WKV_ERROR_UNSUPPORTED;
+    }
+    if (!st->attn_ready) {
+        set_message(msg, "attention: this device cannot give the kernel %zu bytes of shared memory",
+                    attn_smem_bytes(kAttnMaxD));
+        return WKV_ERROR_UNSUPPORTED;
+    }
+    const int64_t rows = attn_rows_per_tile();
+    int64_t max_tiles = 0; /* the most query tiles of one sequence */
+    for (int64_t s = 0; s < p->num_seqs; ++s) {
+        int64_t b, q0, q1, k0, k1;
+        wkv_attention_sequence(p, s, &b, &q0, &q1, &k0, &k1);
+        const int64_t t = (q1 - q0 + rows - 1) / rows;
+        max_tiles = t > max_tiles ? t : max_tiles;
+    }
+    if (max_tiles == 0 || p->Hq == 0) return WKV_OK; /* no query rows */
+    const int64_t per = attn_seqs_per_launch(p, max_tiles);
+    if (per < 1) {
+        set_message(msg, "attention: %lld query tiles x %lld heads of one sequence exceed one launch's grid",
+                    (long long)max_tiles, (long long)p->Hq);
+        return WKV_ERROR_UNSUPPORTED;
+    }
+    DeviceGuard guard(st->device);
+    if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
+    const int64_t nq = p->B * p->Tq * p->Hq * p->D, nk = p->B * p->Tk * p->Hkv * p->D;
+    const ViewSpec spec[5] = {{&p->q, &p->mem[0], false, nq}, {&p->k, &p->mem[1], false, nk},
+                              {&p->v, &p->mem[2], false, nk}, {&p->o, &p->mem[3], true, nq},
+                              {&p->lse, &p->mem[4], true, p->B * p->Tq * p->Hq}};
+    Placement pl;
+    wkv_status s = place_views(spec, 5, false, 0, &pl, msg);
+    if (s != WKV_OK) return s;
+    StreamDrain drain(st->stream);
+    s = stage_in(st, &pl, &drain, msg);
+    if (s != WKV_OK) return s;
+    if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
+        return cuda_fail(st, cudaErrorLaunchFailure, msg, "attention launch (injected fault: WKV_FAULT=device_lost)");
+    AttnFwdParams prm;
+    std::memset(&prm, 0, sizeof prm);
+    prm.q = pl.v[0], prm.k = pl.v[1], prm.v = pl.v[2], prm.o = pl.v[3], prm.lse = pl.v[4];
+    prm.Tq = p->Tq, prm.Tk = p->Tk, prm.Hq = p->Hq, prm.Hkv = p->Hkv;
+    prm.D = (int32_t)p->D;
+    prm.causal = p->causal ? 1 : 0;
+    prm.scale = p->scale;
+    prm.packed = p->q_offsets ? 1 : 0;
+    prm.tiles_per_seq = (p->Tq + rows - 1) / rows;
+    for (int64_t first = 0; first < p->num_seqs; first += per) {
+        const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
+        prm.first = first;
+        prm.count = (int32_t)count;
+        int64_t tiles = 0;
+        for (int64_t x = 0; x < count; ++x) {
+            int64_t b, q0, q1, k0, k1;
+            wkv_attention_sequence(p, first + x, &b, &q0, &q1, &k0, &k1);
+            prm.q_off[x] = q0, prm.k_off[x] = k0, prm.tiles_before[x] = tiles;
+            prm.q_off[x + 1] = q1, prm.k_off[x + 1] = k1;
+            tiles += (q1 - q0 + rows - 1) / rows;
+        }
+        prm.tiles_before[count] = tiles;
+        if (tiles == 0) continue;
+        const cudaError_t e = (cudaError_t)attn_launch_forward(prm, tiles * p->Hq, st->stream);
+        if (e != cudaSuccess) return cuda_fail(st, e, msg, "attention launch");
+    }
+    return stage_out(st, &pl, &drain, msg);
+}
+
 /* Named assignments on a zeroed table: members appended to the interface later stay NULL. */
 wkv_backend_iface make_iface() {
     wkv_backend_iface f;
@@ -981,6 +1087,8 @@ wkv_backend_iface make_iface() {
     f.synchronize = cuda_synchronize;
     f.saves_checkpoints = cuda_saves_checkpoints;
     f.forward_scratch_size = cuda_forward_scratch_size;
+    f.attention = cuda_attention;
+    f.attention_configs = cuda_attention_configs;
     return f;
 }
 

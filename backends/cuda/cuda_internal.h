@@ -228,6 +228,38 @@ int rwkv4_launch_backward(const Rwkv4BwdParams& p, int64_t seqs, void* stream);
 int rwkv4_launch_reduce(const float* part, DevView w, DevView dw, DevView du, int64_t S, int32_t C,
                         void* stream);
 
+/* ------------------------------------------------------------------------------ attention */
+
+enum { kAttnMaxD = 256 };
+
+/* One launch of the attention forward (attention.cu): `count` sequences from `first`. Block x
+ * is (tile over the launch's sequences) * Hq + query head. Unpacked: sequence first + local is
+ * batch first + local, tiles_per_seq tiles each. Packed: batch 0, local sequence x has rows
+ * [q_off[x], q_off[x + 1]), keys [k_off[x], k_off[x + 1]) and its tiles start at
+ * tiles_before[x] (x <= count). */
+struct AttnFwdParams {
+    DevView q, k, v, o, lse;
+    int64_t Tq, Tk, Hq, Hkv;
+    int32_t D, causal;
+    float scale;
+    int32_t packed;
+    int64_t first, tiles_per_seq;
+    int32_t count, pad_;
+    int64_t q_off[kMaxSeqsPerLaunch + 1];
+    int64_t k_off[kMaxSeqsPerLaunch + 1];
+    int64_t tiles_before[kMaxSeqsPerLaunch + 1];
+};
+
+/* Query rows per block of the forward. */
+int attn_rows_per_tile();
+/* Dynamic shared memory of the forward at head dim D (<= kAttnMaxD). */
+size_t attn_smem_bytes(int D);
+/* Raises the forward's shared-memory limit to what D = kAttnMaxD needs, when the device's
+ * opt-in limit max_smem allows it (once per device). cudaError_t as int. */
+int attn_prepare(size_t max_smem);
+/* Enqueues the forward: `blocks` = the launch's tiles * Hq. cudaError_t as int. */
+int attn_launch_forward(const AttnFwdParams& p, int64_t blocks, void* stream);
+
 } // namespace wkv_cuda
 
 #endif

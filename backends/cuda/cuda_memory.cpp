@@ -58,22 +58,21 @@ int64_t view_numel(const wkv_problem* p, int i) {
 
 } // namespace
 
-wkv_status place_plan(const wkv_problem* p, bool ws_stage, size_t ws_bytes, Placement* pl,
-                      wkv_message* msg) {
-    const wkv_view* views[WKV_PROBLEM_VIEWS];
-    problem_views(p, views);
+wkv_status place_views(const ViewSpec* views, int n, bool ws_stage, size_t ws_bytes, Placement* pl,
+                       wkv_message* msg) {
     size_t cursor = 0;
     if (ws_stage) {
         pl->ws_staged = true;
         pl->ws_bytes = ws_bytes;
         cursor = align_up(ws_bytes, kScratchAlign);
     }
-    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
-        const wkv_view& v = *views[i];
-        const wkv_buffer_ref& m = p->mem[i];
+    for (int i = 0; i < n; ++i) {
+        const wkv_view& v = *views[i].view;
+        const wkv_buffer_ref& m = *views[i].mem;
         pl->view_reg[i] = -1;
         pl->v[i] = to_dev(v);
-        if (!v.data) continue;
+        pl->host_data[i] = v.data;
+        if (!v.data || views[i].numel == 0) continue; /* absent, or empty: never read */
         if (m.buffer) {
             pl->v[i].data = static_cast<char*>(m.buffer) + m.offset;
             continue;
@@ -86,9 +85,9 @@ wkv_status place_plan(const wkv_problem* p, bool ws_stage, size_t ws_bytes, Plac
         }
         const char* host = v.data + m.lo;
         const size_t bytes = (size_t)(m.hi - m.lo);
-        const bool out = is_output_view(i);
+        const bool out = views[i].out;
         /* an output without gaps need not be copied in; one with gaps goes back unchanged */
-        const bool dense = (int64_t)bytes == view_numel(p, i) * wkv_elem_size(v.elem);
+        const bool dense = (int64_t)bytes == views[i].numel * wkv_elem_size(v.elem);
         int r = 0;
         while (r < pl->nreg && !(pl->reg[r].host == host && pl->reg[r].bytes == bytes)) ++r;
         if (r == pl->nreg) {
@@ -104,8 +103,19 @@ wkv_status place_plan(const wkv_problem* p, bool ws_stage, size_t ws_bytes, Plac
         g.out = g.out || out;
         pl->view_reg[i] = r;
     }
+    pl->nviews = n;
     pl->total = cursor;
     return WKV_OK;
+}
+
+wkv_status place_plan(const wkv_problem* p, bool ws_stage, size_t ws_bytes, Placement* pl,
+                      wkv_message* msg) {
+    const wkv_view* views[WKV_PROBLEM_VIEWS];
+    problem_views(p, views);
+    ViewSpec spec[WKV_PROBLEM_VIEWS];
+    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i)
+        spec[i] = ViewSpec{views[i], &p->mem[i], is_output_view(i), view_numel(p, i)};
+    return place_views(spec, WKV_PROBLEM_VIEWS, ws_stage, ws_bytes, pl, msg);
 }
 
 namespace {
@@ -134,26 +144,23 @@ wkv_status ensure_scratch(CudaState* st, size_t bytes, wkv_message* msg) {
 }
 
 /* Addresses of the staged views and workspace in the scratch. */
-void place_finish(const CudaState* st, const wkv_problem* p, Placement* pl) {
-    const wkv_view* views[WKV_PROBLEM_VIEWS];
-    problem_views(p, views);
-    for (int i = 0; i < WKV_PROBLEM_VIEWS; ++i) {
+void place_finish(const CudaState* st, Placement* pl) {
+    for (int i = 0; i < pl->nviews; ++i) {
         if (pl->view_reg[i] < 0) continue;
         const Region& g = pl->reg[pl->view_reg[i]];
         /* element (0,0,0,0) is -lo bytes into the span */
-        pl->v[i].data = st->scratch + g.off + (views[i]->data - g.host);
+        pl->v[i].data = st->scratch + g.off + (pl->host_data[i] - g.host);
     }
     if (pl->ws_staged) pl->workspace = st->scratch;
 }
 
 } // namespace
 
-wkv_status stage_in(CudaState* st, const wkv_problem* p, Placement* pl, StreamDrain* drain,
-                    wkv_message* msg) {
+wkv_status stage_in(CudaState* st, Placement* pl, StreamDrain* drain, wkv_message* msg) {
     if (!pl->staged()) return WKV_OK;
     wkv_status s = ensure_scratch(st, pl->total, msg);
     if (s != WKV_OK) return s;
-    place_finish(st, p, pl);
+    place_finish(st, pl);
     for (int r = 0; r < pl->nreg; ++r) {
         const Region& g = pl->reg[r];
         if (!g.in) continue;

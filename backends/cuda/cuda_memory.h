@@ -35,6 +35,8 @@ struct Placement {
     Region reg[WKV_PROBLEM_VIEWS];
     int nreg = 0;
     int view_reg[WKV_PROBLEM_VIEWS]; /* the region of a staged view, else -1 */
+    const char* host_data[WKV_PROBLEM_VIEWS]; /* each view's own data pointer */
+    int nviews = 0;
     char* workspace = nullptr;       /* the backward's workspace on the device */
     bool ws_staged = false;
     size_t ws_bytes = 0;             /* staged workspace: bytes at scratch offset 0 */
@@ -42,9 +44,21 @@ struct Placement {
     bool staged() const { return total > 0; }
 };
 
-/* Fills pl: device addresses of device and buffer views now, offsets of the staged spans
- * (addresses once the scratch exists: stage_in). ws_stage: the workspace is host memory,
- * replaced by ws_bytes of scratch. */
+/* One view of a call for place_views: its memory (wkv_buffer_ref), whether the kernels write
+ * it, and its element count (0: empty, never read or written). */
+struct ViewSpec {
+    const wkv_view* view;
+    const wkv_buffer_ref* mem;
+    bool out;
+    int64_t numel;
+};
+
+/* Fills pl for n <= WKV_PROBLEM_VIEWS views (pl->v[i] is views[i]): device addresses of device
+ * and buffer views now, offsets of the staged spans (addresses once the scratch exists:
+ * stage_in). ws_stage: the workspace is host memory, replaced by ws_bytes of scratch. */
+wkv_status place_views(const ViewSpec* views, int n, bool ws_stage, size_t ws_bytes, Placement* pl,
+                       wkv_message* msg);
+/* place_views on an RWKV problem's views (wkv_problem's mem[] order). */
 wkv_status place_plan(const wkv_problem* p, bool ws_stage, size_t ws_bytes, Placement* pl,
                       wkv_message* msg);
 
@@ -62,8 +76,7 @@ struct StreamDrain {
 };
 
 /* Staged call, before the kernels: scratch, addresses, copies in. */
-wkv_status stage_in(CudaState* st, const wkv_problem* p, Placement* pl, StreamDrain* drain,
-                    wkv_message* msg);
+wkv_status stage_in(CudaState* st, Placement* pl, StreamDrain* drain, wkv_message* msg);
 
 /* Staged call, after the kernels: copies out, then waits for the stream. */
 wkv_status stage_out(CudaState* st, Placement* pl, StreamDrain* drain, wkv_message* msg);

@@ -54,6 +54,11 @@ struct CudaState {
      * and WKV_CUDA_RWKV7_CHUNKED_BWD at context creation (-1 unset, 0 never, 1 always). */
     bool chunk_bwd_ready = false;
     int chunk_bwd_mode = -1;
+    /* Softmax attention (attention.cu): its kernel's shared-memory limit raised (attn_prepare),
+     * and WKV_CUDA_ATTENTION=1 at context creation: the kernel has not yet run on a GPU, so it
+     * is opt-in until the device suite has passed (cuda_attention). */
+    bool attn_ready = false;
+    bool attn_enabled = false;
     wkv_fault_hook fault{nullptr, nullptr}; /* WKV_FAULT (src/fault.h): test builds only */
 };
 

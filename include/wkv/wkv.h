@@ -478,8 +478,9 @@ WKV_API wkv_status wkv_forward_scratch_size(wkv_context* ctx, size_t* out_bytes,
  * q_offsets[s+1]) and keys [k_offsets[s], k_offsets[s+1]) (both host arrays of num_seqs + 1
  * non-decreasing values from 0 to Tq, resp. Tk; the mask is aligned per sequence).
  * Computed in float32 whatever the I/O dtype (float32, float16, bfloat16; q, k, v, o share one).
- * Backends: CPU and Vulkan (D up to 256); the CUDA plugin refuses it with
- * WKV_ERROR_UNSUPPORTED until it has a kernel. A pinned configuration (desc->config) that the
+ * Backends: CPU, Vulkan and CUDA (D up to 256). The CUDA kernel has not yet run on a GPU, so
+ * it is opt-in: WKV_CUDA_ATTENTION=1 in the environment when the context is created, else
+ * WKV_ERROR_UNSUPPORTED (and its configuration is listed with fits = 0). A pinned configuration (desc->config) that the
  * backend does not list is WKV_ERROR_INVALID_ARGUMENT, one listed with fits = 0
  * WKV_ERROR_UNSUPPORTED. */
 enum { WKV_ATTENTION_CAUSAL = 1u << 0 };

@@ -65,6 +65,18 @@ void bench_error(const char* fmt, ...)
 #endif
     ;
 
+/* On a GPU backend the timed tensors live in library buffers (wkv_buffer_*), so that a call
+ * measures the kernels, not the staging of host memory: bench_make_resident moves a contiguous
+ * host tensor (if present) into a new buffer of ctx (0, or -1 after printing an error naming
+ * `name`), bench_release destroys every buffer made. */
+enum { BENCH_MAX_BUFFERS = 24 };
+typedef struct bench_resident {
+    wkv_buffer* buf[BENCH_MAX_BUFFERS];
+    int n;
+} bench_resident;
+int bench_make_resident(wkv_context* ctx, bench_resident* r, wkv_tensor* t, const char* name);
+void bench_release(bench_resident* r);
+
 /* Prints s as a JSON string literal (with quotes). */
 void bench_json_string(FILE* f, const char* s);
 

@@ -318,22 +318,13 @@ static void perf_free(void* p) {
 #endif
 }
 
-/* On a GPU backend the timed tensors live in library buffers (wkv_buffer_*), so a call measures
- * the kernels, not the staging of host memory. */
-enum { PERF_MAX_BUFFERS = 24 };
-typedef struct perf_resident {
-    wkv_buffer* buf[PERF_MAX_BUFFERS];
-    int n;
-} perf_resident;
-
-/* Moves a contiguous host tensor (if present) into a new buffer of ctx. 0, or -1 after
- * printing an error. */
-static int perf_make_resident(wkv_context* ctx, perf_resident* r, wkv_tensor* t, const char* name) {
+/* On a GPU backend the timed tensors live in library buffers (bench.h: bench_resident). */
+int bench_make_resident(wkv_context* ctx, bench_resident* r, wkv_tensor* t, const char* name) {
     if (!t->data) return 0;
     uint64_t bytes = t->dtype.bits / 8u;
     for (int d = 0; d < t->ndim; d++) bytes *= (uint64_t)t->shape[d];
     wkv_buffer* b = NULL;
-    if (r->n == PERF_MAX_BUFFERS || wkv_buffer_create(ctx, bytes, &b) != WKV_OK ||
+    if (r->n == BENCH_MAX_BUFFERS || wkv_buffer_create(ctx, bytes, &b) != WKV_OK ||
         (r->buf[r->n++] = b, wkv_buffer_upload(ctx, b, 0, t->data, bytes) != WKV_OK)) {
         bench_error("wkv-bench perf: cannot put %s on the device: %s\n", name, wkv_last_error(ctx));
         return -1;
@@ -342,7 +333,7 @@ static int perf_make_resident(wkv_context* ctx, perf_resident* r, wkv_tensor* t,
     return 0;
 }
 
-static void perf_release(perf_resident* r) {
+void bench_release(bench_resident* r) {
     for (int i = 0; i < r->n; i++) wkv_buffer_destroy(r->buf[i]);
     r->n = 0;
 }
@@ -450,7 +441,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
     float *st0 = NULL, *st1 = NULL, *dsT = NULL, *ds0 = NULL, *tmp = NULL;
     void *y = NULL, *dy = NULL, *ws = NULL;
     double* times = (double*)malloc((size_t)c->repeat * 4 * sizeof *times); /* 4: --reuse */
-    perf_resident res;
+    bench_resident res;
     res.n = 0;
     int ok = times != NULL;
     for (int i = 0; i < op->ntok_in; i++) {
@@ -557,7 +548,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
                                      &fd.state_in, &fd.state_out};
         for (size_t i = 0; i < sizeof fwd_tensors / sizeof fwd_tensors[0]; i++)
             if ((!c->in_place || fwd_tensors[i] != &fd.state_out) &&
-                perf_make_resident(ctx, &res, fwd_tensors[i], "the forward tensors"))
+                bench_make_resident(ctx, &res, fwd_tensors[i], "the forward tensors"))
                 goto done;
         if (c->in_place) fd.state_out = fd.state_in; /* the same device buffer */
     }
@@ -607,7 +598,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
             wkv_tensor* bwd_tensors[] = {&bd.dy, &bd.dstate_out, &bd.dr, &bd.dw, &bd.dk, &bd.dv,
                                          &bd.da, &bd.db, &bd.du, &bd.dstate_in};
             for (size_t i = 0; i < sizeof bwd_tensors / sizeof bwd_tensors[0]; i++)
-                if (perf_make_resident(ctx, &res, bwd_tensors[i], "the backward tensors")) goto done;
+                if (bench_make_resident(ctx, &res, bwd_tensors[i], "the backward tensors")) goto done;
         }
         size_t wsz = 0;
         st = wkv_workspace_size(ctx, &wsz, &bd);
@@ -618,7 +609,7 @@ static int perf_one(const perf_cfg* c, wkv_context* ctx, const char* backend,
         }
         if (on_device && wsz) {
             wkv_buffer* wb = NULL;
-            if (res.n == PERF_MAX_BUFFERS || wkv_buffer_create(ctx, wsz, &wb) != WKV_OK) {
+            if (res.n == BENCH_MAX_BUFFERS || wkv_buffer_create(ctx, wsz, &wb) != WKV_OK) {
                 bench_error("wkv-bench perf: no %zu-byte device workspace: %s\n", wsz,
                         wkv_last_error(ctx));
                 goto done;
@@ -690,7 +681,7 @@ done:
     perf_free(ds0);
     perf_free(ws);
     free(times);
-    perf_release(&res);
+    bench_release(&res);
     return rc;
 }
 

@@ -16,9 +16,10 @@ static void attn_usage(FILE* f) {
             "                      [--pass forward|backward|both] [--threads K] [--repeat R]\n"
             "                      [--warmup W] [--json]\n"
             "\n"
-            "Times softmax attention (wkv_attention, wkv_attention_backward) on random host tensors:\n"
+            "Times softmax attention (wkv_attention, wkv_attention_backward) on random tensors:\n"
             "q [B, T, HQ, D], k and v [B, TK, HKV, D] (TK defaults to T, HKV to HQ), medians of R calls\n"
-            "after W. TFLOP/s counts 4 B HQ T TK D for the forward, 10 B HQ T TK D (its five products)\n"
+            "after W, each call followed by wkv_context_synchronize. Host tensors on the CPU; on a GPU\n"
+            "backend every tensor lives in a library buffer (wkv_buffer_*, no staging). TFLOP/s counts 4 B HQ T TK D for the forward, 10 B HQ T TK D (its five products)\n"
             "for the backward, halved when causal and T = TK.\n"
             "  --config NAME  pin one forward configuration (wkv_attention_configs); `all`: each in turn\n"
             "  --pass P       forward (default), backward (after one forward that writes lse), or both\n"
@@ -129,6 +130,8 @@ int bench_perf_attention(int argc, char** argv) {
     void *dout = malloc(nbq), *dq = malloc(nbq), *dk = malloc(nbk), *dv = malloc(nbk);
     double* times = (double*)malloc(sizeof(double) * (size_t)repeat);
     int rc = BENCH_OK;
+    bench_resident res; /* the tensors' buffers on a GPU backend */
+    res.n = 0;
     if (!q || !k || !v || !o || !times || !lse || !dout || !dq || !dk || !dv) {
         bench_error("wkv-bench %s: out of memory\n", cmd);
         rc = BENCH_FAIL;
@@ -156,6 +159,21 @@ int bench_perf_attention(int argc, char** argv) {
     bd.forward = &d;
     bd.dout = wkv_tensor_make(dout, dt, 4, qshape), bd.dq = wkv_tensor_make(dq, dt, 4, qshape);
     bd.dk = wkv_tensor_make(dk, dt, 4, kshape), bd.dv = wkv_tensor_make(dv, dt, 4, kshape);
+    wkv_tensor lse_t = wkv_tensor_make(lse, WKV_DTYPE_F32, 3, lshape);
+    if (wkv_context_backend(ctx) != WKV_BACKEND_CPU) {
+        wkv_tensor* fwd_t[] = {&d.q, &d.k, &d.v, &d.o};
+        for (size_t x = 0; x < sizeof fwd_t / sizeof fwd_t[0]; x++)
+            if (bench_make_resident(ctx, &res, fwd_t[x], "the attention tensors")) {
+                rc = BENCH_FAIL;
+                goto out;
+            }
+        wkv_tensor* bwd_t[] = {&lse_t, &bd.dout, &bd.dq, &bd.dk, &bd.dv};
+        for (size_t x = 0; bwd && x < sizeof bwd_t / sizeof bwd_t[0]; x++)
+            if (bench_make_resident(ctx, &res, bwd_t[x], "the attention backward's tensors")) {
+                rc = BENCH_FAIL;
+                goto out;
+            }
+    }
     char dev[256];
     bench_device_name(wkv_context_backend(ctx), (int32_t)device, dev, sizeof dev);
     const double pairs = (double)B * (double)H * (double)T * (double)Tk * (double)D * (causal && T == Tk ? 0.5 : 1.0);
@@ -164,7 +182,7 @@ int bench_perf_attention(int argc, char** argv) {
     for (int run = 0; run < nruns; run++) {
         const int is_bwd = run >= (fwd ? nnames : 0), c = is_bwd ? 0 : run;
         d.config = is_bwd ? NULL : names[c];
-        d.lse = is_bwd ? wkv_tensor_make(lse, WKV_DTYPE_F32, 3, lshape) : wkv_tensor_make(NULL, WKV_DTYPE_F32, 3, lshape);
+        d.lse = is_bwd ? lse_t : wkv_tensor_make(NULL, WKV_DTYPE_F32, 3, lshape);
         const double flops = (is_bwd ? 10.0 : 4.0) * pairs;
         bench_progress(run + 1, nruns, "attention %s", is_bwd ? "backward" : names[c] ? names[c] : "(default)");
         wkv_status st = is_bwd ? wkv_attention(ctx, &d) : WKV_OK; /* the backward's o and lse */
@@ -207,6 +225,7 @@ int bench_perf_attention(int argc, char** argv) {
         fflush(stdout);
     }
 out:
+    bench_release(&res);
     free(q), free(k), free(v), free(o), free(times), free(lse), free(dout), free(dq), free(dk), free(dv);
     wkv_context_destroy(ctx);
     return rc;

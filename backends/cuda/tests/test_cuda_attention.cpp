@@ -1,0 +1,222 @@
+// Softmax attention on CUDA (attention.cu, cuda.simt.q16.kv32) against the float64 reference,
+// with the CPU and Vulkan suites' cases (tests/test_attention.h): every dtype, mask, head
+// grouping, head dim up to 256 (the one past 48 KB of shared memory), Tq != Tk, T = 1, fully
+// masked rows, large logits, strided and packed tensors, host memory (staged) and wkv_buffers;
+// the golden files; the opt-in gate (WKV_CUDA_ATTENTION) and the refusals. Outputs are
+// NaN-poisoned before each call. Without a CUDA device every case skips.
+#include "wkv_doctest.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cuda_test_support.h"
+#include "safetensors.h"
+#include "test_attention.h"
+
+using namespace wkvtest;
+using cudatest::CudaContext;
+
+namespace {
+
+// A context whose attention kernel is enabled (the variable is read at creation).
+struct AttnContext : CudaContext {
+    static int enable() { return setenv("WKV_CUDA_ATTENTION", "1", 1); }
+    int dummy = enable();
+};
+
+}  // namespace
+
+TEST_CASE("cuda attention: refused unless WKV_CUDA_ATTENTION=1, listed with fits = 0 then") {
+    CUDA_TEST_OR_SKIP();
+    unsetenv("WKV_CUDA_ATTENTION");
+    CudaContext c;
+    int32_t n = 0;
+    REQUIRE(wkv_attention_configs(c.ctx, nullptr, 0, &n) == WKV_OK);
+    REQUIRE(n == 1);
+    wkv_attention_config cfg{};
+    cfg.struct_size = sizeof cfg;
+    REQUIRE(wkv_attention_configs(c.ctx, &cfg, 1, &n) == WKV_OK);
+    CHECK(std::string(cfg.name) == "cuda.simt.q16.kv32");
+    CHECK(cfg.fits == 0);
+    Rng rng(test_seed());
+    AttnCase a;
+    const AttnRun r = run(c.ctx, a, rng);
+    CHECK(r.status == WKV_ERROR_UNSUPPORTED);
+    CHECK(r.message.find("WKV_CUDA_ATTENTION=1") != std::string::npos);
+}
+
+TEST_CASE("cuda attention: the configuration listed, the default, fits this device") {
+    CUDA_TEST_OR_SKIP();
+    AttnContext c;
+    int32_t n = 0;
+    REQUIRE(wkv_attention_configs(c.ctx, nullptr, 0, &n) == WKV_OK);
+    REQUIRE(n == 1);
+    wkv_attention_config cfg{};
+    cfg.struct_size = sizeof cfg;
+    REQUIRE(wkv_attention_configs(c.ctx, &cfg, 1, &n) == WKV_OK);
+    CHECK(cfg.block_q == 16);
+    CHECK(cfg.block_kv == 32);
+    CHECK(cfg.warps == 4);
+    CHECK(cfg.max_head_dim == 256);
+    CHECK(cfg.shared_bytes > 48 * 1024);  // D = 256 needs the opt-in limit
+    CHECK(cfg.is_default == 1);
+    CHECK(cfg.fits == 1);  // every sm_80+ device opts in to >= 99 KB
+}
+
+TEST_CASE("cuda attention: against the float64 reference, every dtype, mask, grouping and head dim") {
+    CUDA_TEST_OR_SKIP();
+    AttnContext c;
+    Rng rng(test_seed());
+    for (const wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16})
+        for (const bool causal : {false, true})
+            for (const int64_t D : {16, 40, 64, 96, 128, 256}) {
+                AttnCase a;
+                a.dtype = dt, a.causal = causal, a.D = D;
+                a.B = 2, a.Tq = 37, a.Tk = 37, a.Hq = 4, a.Hkv = 2;  // odd T, GQA, tails of every tile
+                a.buffers = D == 64;
+                CAPTURE(D);
+                CAPTURE(causal);
+                CAPTURE(dtype_name(dt));
+                check_run(c.ctx, a, rng);
+            }
+}
+
+TEST_CASE("cuda attention: shapes, strides, scales, large logits; host memory and buffers") {
+    CUDA_TEST_OR_SKIP();
+    AttnContext c;
+    Rng rng(test_seed());
+    for (const bool buffers : {false, true})
+        for (const bool causal : {false, true}) {
+            CAPTURE(buffers);
+            CAPTURE(causal);
+            AttnCase a;
+            a.config = "cuda.simt.q16.kv32", a.buffers = buffers, a.causal = causal;
+            a.Tq = 7, a.Tk = 100, a.Hq = 6, a.Hkv = 1;  // Tq < Tk, multi-query
+            check_run(c.ctx, a, rng);
+            a.Tq = 1, a.Tk = 1;  // one token
+            check_run(c.ctx, a, rng);
+            a.Tq = 1, a.Tk = 300;  // a decode step against a long cache
+            check_run(c.ctx, a, rng);
+            a.Tq = 20, a.Tk = 9;  // Tq > Tk: causal rows before the first key see nothing
+            check_run(c.ctx, a, rng);
+            a.Tq = 130, a.Tk = 130, a.strided = true, a.scale = 0.3;  // strides, tails
+            check_run(c.ctx, a, rng);
+            a.strided = false, a.scale = 0.0, a.logit_scale = 300.0;  // logits of ~1e3: no overflow
+            a.Tq = 33, a.Tk = 65;
+            check_run(c.ctx, a, rng);
+            a.logit_scale = 1.0, a.B = 3, a.Tq = 1000, a.Tk = 1000, a.Hq = 8, a.Hkv = 2, a.D = 64;  // many blocks
+            check_run(c.ctx, a, rng);
+        }
+}
+
+TEST_CASE("cuda attention: fully masked rows, no keys, no queries; packed sequences") {
+    CUDA_TEST_OR_SKIP();
+    AttnContext c;
+    Rng rng(test_seed());
+    AttnCase a;
+    a.causal = true, a.Tq = 10, a.Tk = 4;  // rows 0..5 see no key: o = 0, lse = -inf
+    AttnRun r = run(c.ctx, a, rng);
+    REQUIRE_MESSAGE(r.status == WKV_OK, r.message);
+    for (int64_t t = 0; t < 6; ++t)
+        for (int64_t h = 0; h < a.Hq; ++h) {
+            CHECK(r.lse[(size_t)(h * a.Tq + t)] == -std::numeric_limits<double>::infinity());
+            for (int64_t d = 0; d < a.D; ++d) CHECK(r.o[(size_t)((t * a.Hq + h) * a.D + d)] == 0.0);
+        }
+    CHECK(rel_err(r.o, r.o_ref) <= 1e-5);
+    a.Tk = 0, a.causal = false;  // no keys at all
+    r = run(c.ctx, a, rng);
+    REQUIRE_MESSAGE(r.status == WKV_OK, r.message);
+    for (double x : r.o) CHECK(x == 0.0);
+    a.B = 3, a.Tq = 0, a.Tk = 6;  // no query rows
+    r = run(c.ctx, a, rng);
+    CHECK_MESSAGE(r.status == WKV_OK, r.message);
+    for (const bool causal : {false, true})
+        for (const bool buffers : {false, true}) {
+            AttnCase p;
+            p.causal = causal, p.buffers = buffers, p.Hq = 4, p.Hkv = 2, p.D = 32;
+            p.q_off = {0, 5, 5, 25, 26, 60}, p.k_off = {0, 9, 12, 30, 30, 70};  // an empty sequence, a one-token one
+            p.Tq = 60, p.Tk = 70;
+            CAPTURE(causal);
+            CAPTURE(buffers);
+            check_run(c.ctx, p, rng);
+        }
+    // more sequences than one launch carries (kMaxSeqsPerLaunch = 128)
+    AttnCase many;
+    many.Hq = 2, many.Hkv = 1, many.D = 64, many.causal = true;
+    for (int64_t s = 0, tq = 0, tk = 0; s <= 300; ++s) {
+        many.q_off.push_back(tq), many.k_off.push_back(tk);
+        tq += s % 7, tk += s % 7 + s % 3;
+        many.Tq = many.q_off.back(), many.Tk = many.k_off.back();
+    }
+    check_run(c.ctx, many, rng);
+}
+
+TEST_CASE("cuda attention: the golden files (torch's math attention in float64)") {
+    CUDA_TEST_OR_SKIP();
+    AttnContext c;
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(golden_dir() + "/attention", ec))
+        if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    REQUIRE(files.size() >= 6);
+    for (const std::string& path : files) {
+        CAPTURE(path);
+        SafeTensors f;
+        REQUIRE_MESSAGE(f.load(path), f.error);
+        const auto& qs = f.tensors.at("q").shape;
+        const auto& ks = f.tensors.at("k").shape;
+        const int64_t B = qs[0], Tq = qs[1], Hq = qs[2], D = qs[3], Tk = ks[1], Hkv = ks[2];
+        std::vector<int64_t> qo, ko;
+        {
+            char err[256];
+            st_file* sf = st_open(path.c_str(), err, sizeof err);
+            REQUIRE(sf);
+            for (auto [name, out] : {std::pair<const char*, std::vector<int64_t>*>{"q_offsets", &qo}, {"k_offsets", &ko}}) {
+                const st_tensor* t = st_find(sf, name);
+                if (!t) continue;
+                out->resize((size_t)t->numel);
+                std::memcpy(out->data(), t->data, (size_t)t->numel * 8);
+            }
+            st_close(sf);
+        }
+        HostTensor tq(WKV_DTYPE_F32, {B, Tq, Hq, D}), tk(WKV_DTYPE_F32, {B, Tk, Hkv, D}), tv(WKV_DTYPE_F32, {B, Tk, Hkv, D}),
+            to(WKV_DTYPE_F32, {B, Tq, Hq, D}), tl(WKV_DTYPE_F32, {B, Hq, Tq});
+        fill_input(tq, f.at("q")), fill_input(tk, f.at("k")), fill_input(tv, f.at("v"));
+        to.poison(), tl.poison();
+        wkv_attention_desc d{};
+        d.struct_size = sizeof d;
+        d.flags = f.meta("causal") == "1" ? WKV_ATTENTION_CAUSAL : 0;
+        d.scale = (float)std::stod(f.meta("scale"));
+        d.q = tq.view(), d.k = tk.view(), d.v = tv.view(), d.o = to.view(), d.lse = tl.view();
+        if (!qo.empty()) d.q_offsets = qo.data(), d.k_offsets = ko.data(), d.num_seqs = (int64_t)qo.size() - 1;
+        REQUIRE_MESSAGE(wkv_attention(c.ctx, &d) == WKV_OK, wkv_last_error(c.ctx));
+        CHECK_MESSAGE(rel_err(to.read(), f.at("o")) <= 1e-5, "o rel err ", rel_err(to.read(), f.at("o")));
+        AttnRun r;
+        r.lse = tl.read(), r.lse_ref = f.at("lse");
+        check_lse(r, 1e-5);
+    }
+}
+
+TEST_CASE("cuda attention: refusals name the argument, nothing written; the backward is unsupported") {
+    CUDA_TEST_OR_SKIP();
+    AttnContext c;
+    HostTensor q(WKV_DTYPE_F32, {1, 4, 4, 300}), k(WKV_DTYPE_F32, {1, 6, 2, 300}), v(WKV_DTYPE_F32, {1, 6, 2, 300}),
+        o(WKV_DTYPE_F32, {1, 4, 4, 300});
+    o.poison();
+    wkv_attention_desc d{};
+    d.struct_size = sizeof d;
+    d.q = q.view(), d.k = k.view(), d.v = v.view(), d.o = o.view();
+    CHECK(wkv_attention(c.ctx, &d) == WKV_ERROR_UNSUPPORTED);
+    CHECK(std::string(wkv_last_error(c.ctx)).find("D = 300") != std::string::npos);
+    for (double x : o.read()) CHECK(std::isnan(x));
+    Rng rng(test_seed());
+    AttnCase a;
+    const AttnBwdRun b = run_backward(c.ctx, a, rng);
+    CHECK(b.status == WKV_ERROR_UNSUPPORTED);
+}
