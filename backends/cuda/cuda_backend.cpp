@@ -40,6 +40,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +48,7 @@
 #include <new>
 
 #include "backend.h"
+#include "attention_plan.h"
 #include "cuda_internal.h"
 #include "cuda_memory.h"
 #include "cuda_state.h"
@@ -981,13 +983,6 @@ int32_t cuda_attention_configs(void* state, wkv_attention_config* out, int32_t c
     return 1;
 }
 
-/* The attention forward's sequences per launch: at most kMaxSeqsPerLaunch (their offsets ride in
- * the parameters), and few enough that the launch's tiles * Hq blocks stay a 31-bit grid. */
-int64_t attn_seqs_per_launch(const wkv_attention_problem* p, int64_t max_tiles) {
-    const int64_t cap = 0x7fffffff / (max_tiles * p->Hq > 0 ? max_tiles * p->Hq : 1);
-    return cap < (int64_t)kMaxSeqsPerLaunch ? cap : (int64_t)kMaxSeqsPerLaunch;
-}
-
 wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_message* msg) {
     CudaState* st = static_cast<CudaState*>(state);
     if (st->lost) return context_lost(msg);
@@ -1007,16 +1002,10 @@ wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_messa
         return WKV_ERROR_UNSUPPORTED;
     }
     const int64_t rows = attn_rows_per_tile();
-    int64_t max_tiles = 0; /* the most query tiles of one sequence */
-    for (int64_t s = 0; s < p->num_seqs; ++s) {
-        int64_t b, q0, q1, k0, k1;
-        wkv_attention_sequence(p, s, &b, &q0, &q1, &k0, &k1);
-        const int64_t t = (q1 - q0 + rows - 1) / rows;
-        max_tiles = t > max_tiles ? t : max_tiles;
-    }
+    int64_t max_tiles = 0;
+    for (int64_t x = 0; x < p->num_seqs; ++x) max_tiles = std::max(max_tiles, attn_tiles(p, x, rows));
     if (max_tiles == 0 || p->Hq == 0) return WKV_OK; /* no query rows */
-    const int64_t per = attn_seqs_per_launch(p, max_tiles);
-    if (per < 1) {
+    if (max_tiles * p->Hq > 0x7fffffff) {
         set_message(msg, "attention: %lld query tiles x %lld heads of one sequence exceed one launch's grid",
                     (long long)max_tiles, (long long)p->Hq);
         return WKV_ERROR_UNSUPPORTED;
@@ -1035,32 +1024,10 @@ wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_messa
     if (s != WKV_OK) return s;
     if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
         return cuda_fail(st, cudaErrorLaunchFailure, msg, "attention launch (injected fault: WKV_FAULT=device_lost)");
-    AttnFwdParams prm;
-    std::memset(&prm, 0, sizeof prm);
-    prm.q = pl.v[0], prm.k = pl.v[1], prm.v = pl.v[2], prm.o = pl.v[3], prm.lse = pl.v[4];
-    prm.Tq = p->Tq, prm.Tk = p->Tk, prm.Hq = p->Hq, prm.Hkv = p->Hkv;
-    prm.D = (int32_t)p->D;
-    prm.causal = p->causal ? 1 : 0;
-    prm.scale = p->scale;
-    prm.packed = p->q_offsets ? 1 : 0;
-    prm.tiles_per_seq = (p->Tq + rows - 1) / rows;
-    for (int64_t first = 0; first < p->num_seqs; first += per) {
-        const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
-        prm.first = first;
-        prm.count = (int32_t)count;
-        int64_t tiles = 0;
-        for (int64_t x = 0; x < count; ++x) {
-            int64_t b, q0, q1, k0, k1;
-            wkv_attention_sequence(p, first + x, &b, &q0, &q1, &k0, &k1);
-            prm.q_off[x] = q0, prm.k_off[x] = k0, prm.tiles_before[x] = tiles;
-            prm.q_off[x + 1] = q1, prm.k_off[x + 1] = k1;
-            tiles += (q1 - q0 + rows - 1) / rows;
-        }
-        prm.tiles_before[count] = tiles;
-        if (tiles == 0) continue;
-        const cudaError_t e = (cudaError_t)attn_launch_forward(prm, tiles * p->Hq, st->stream);
-        if (e != cudaSuccess) return cuda_fail(st, e, msg, "attention launch");
-    }
+    const int e = attn_plan_launches(p, pl.v, rows, [&](const AttnFwdParams& prm, int64_t blocks) {
+        return attn_launch_forward(prm, blocks, st->stream);
+    });
+    if (e != 0) return cuda_fail(st, (cudaError_t)e, msg, "attention launch");
     return stage_out(st, &pl, &drain, msg);
 }
 

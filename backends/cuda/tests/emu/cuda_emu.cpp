@@ -1,0 +1,191 @@
+// The fiber scheduler of cuda_emu.h.
+#include "cuda_emu.h"
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace wkv_emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+struct Fiber {
+    ucontext_t ctx;
+    std::unique_ptr<char[]> stack;
+    bool done = false;
+    bool waiting = false;
+    int scope = 0;      // the barrier waited on: warp w is w, the block is warps
+    uint64_t gen = 0;   // its generation when the wait began
+};
+
+struct Block {
+    unsigned threads = 0, warps = 0;
+    std::vector<Fiber> fibers;
+    std::vector<uint64_t> gen;      // per scope: barriers completed
+    std::vector<unsigned> arrived;  // per scope: threads at the current barrier
+    std::vector<uint64_t> slots;    // a shuffle slot per thread
+    std::vector<unsigned char> smem;
+    ucontext_t scheduler;
+    unsigned current = 0;
+    const std::function<void()>* kernel = nullptr;
+    Index3 tid, bid, dim;
+};
+
+Block* g_block = nullptr;
+
+unsigned participants(const Block& b, int scope) {
+    if (scope == (int)b.warps) return b.threads;
+    const unsigned first = (unsigned)scope * 32;
+    return std::min(32u, b.threads - first);
+}
+
+void barrier(int scope) {
+    Block& b = *g_block;
+    Fiber& f = b.fibers[b.current];
+    const uint64_t g = b.gen[(size_t)scope];
+    if (++b.arrived[(size_t)scope] == participants(b, scope)) {
+        b.arrived[(size_t)scope] = 0;
+        ++b.gen[(size_t)scope];
+        return; // the last to arrive goes on; the others are runnable now
+    }
+    f.waiting = true;
+    f.scope = scope;
+    f.gen = g;
+    swapcontext(&f.ctx, &b.scheduler);
+}
+
+void trampoline();
+
+// Apart from launch(): getcontext returns twice as far as GCC knows, which would make it warn
+// about every local of the caller (the second return never happens: makecontext follows).
+__attribute__((noinline)) void init_fiber(Fiber& f, ucontext_t* link) {
+    f.done = f.waiting = false;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.get();
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = link;
+    makecontext(&f.ctx, trampoline, 0);
+}
+
+void trampoline() {
+    Block& b = *g_block;
+    (*b.kernel)();
+    b.fibers[b.current].done = true;
+    // returns to b.scheduler through uc_link
+}
+
+}  // namespace
+
+const Index3& thread_idx() { return g_block->tid; }
+const Index3& block_idx() { return g_block->bid; }
+const Index3& block_dim() { return g_block->dim; }
+void* dynamic_shared() { return g_block->smem.data(); }
+void sync_block() { barrier((int)g_block->warps); }
+void sync_warp() { barrier((int)(g_block->tid.x / 32)); }
+void* shuffle_slot(unsigned lane) {
+    Block& b = *g_block;
+    return &b.slots[(size_t)(b.tid.x / 32 * 32 + lane)];
+}
+
+std::string launch(unsigned grid, unsigned threads, size_t smem, const std::function<void()>& kernel, uint64_t seed) {
+    Block b;
+    b.threads = threads;
+    b.warps = (threads + 31) / 32;
+    b.fibers.resize(threads);
+    for (Fiber& f : b.fibers) f.stack.reset(new char[kStackBytes]);
+    b.slots.assign(b.warps * 32, 0);
+    b.kernel = &kernel;
+    b.dim.x = threads;
+    std::mt19937_64 rng(seed);
+    std::vector<unsigned> order(threads);
+    for (unsigned i = 0; i < threads; ++i) order[i] = i;
+    g_block = &b;
+    std::string error;
+    for (unsigned blk = 0; blk < grid && error.empty(); ++blk) {
+        b.bid.x = blk;
+        b.gen.assign(b.warps + 1, 0);
+        b.arrived.assign(b.warps + 1, 0);
+        b.smem.assign(smem, 0xFF); // NaN floats: an element read before written shows
+        for (Fiber& f : b.fibers) init_fiber(f, &b.scheduler);
+        unsigned done = 0;
+        while (done < threads) {
+            bool moved = false;
+            std::shuffle(order.begin(), order.end(), rng);
+            for (unsigned i : order) {
+                Fiber& f = b.fibers[i];
+                if (f.done) continue;
+                if (f.waiting && b.gen[(size_t)f.scope] == f.gen) continue;
+                f.waiting = false;
+                b.current = i;
+                b.tid.x = i;
+                swapcontext(&b.scheduler, &f.ctx);
+                moved = true;
+                if (f.done) ++done;
+            }
+            if (!moved) {
+                error = "deadlock in block " + std::to_string(blk) + ": " + std::to_string(threads - done) +
+                        " threads wait at barriers the others never reach";
+                break;
+            }
+        }
+    }
+    g_block = nullptr;
+    return error;
+}
+
+}  // namespace wkv_emu
+
+namespace wkv_cuda {
+namespace elem {
+
+float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31u, man = h & 1023u;
+    uint32_t u;
+    if (exp == 31) {
+        u = sign | 0x7F800000u | (man << 13);
+    } else if (exp == 0) {
+        const float f = std::ldexp((float)man, -24);
+        std::memcpy(&u, &f, 4);
+        u |= sign;
+    } else {
+        u = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t float_to_half(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const float a = std::fabs(f);
+    if (std::isnan(f)) return (uint16_t)(sign | 0x7E00u);
+    if (a >= 65520.0f) return (uint16_t)(sign | 0x7C00u); // rounds to infinity
+    if (a < 6.103515625e-05f) { // subnormal half: a multiple of 2^-24, rounded to nearest even
+        const float q = std::nearbyint(a * 16777216.0f);
+        return (uint16_t)(sign | (uint16_t)q);
+    }
+    uint32_t ua;
+    std::memcpy(&ua, &a, 4);
+    const uint32_t exp = (ua >> 23) - 112, man = ua & 0x7FFFFFu;
+    uint32_t h = (exp << 10) | (man >> 13);
+    const uint32_t rest = man & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h; // may carry into the exponent: right
+    return (uint16_t)(sign | h);
+}
+
+uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if (std::isnan(f)) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+}  // namespace elem
+}  // namespace wkv_cuda

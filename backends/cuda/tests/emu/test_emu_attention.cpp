@@ -1,0 +1,253 @@
+// The CUDA attention forward's device code (attention_kernel.cuh) and its launch plan
+// (attention_plan.h), run on the CPU by the fiber emulator (cuda_emu.h) against the float64
+// reference: every dtype, mask, head grouping, head dim 16..256 (tails of the 32-lane rows),
+// Tq != Tk both ways, a decode step, strides, scale, large logits, rows that see no key, no
+// keys at all, packed sequences (an empty one; more than one launch carries), lse absent. The
+// outputs are NaN-poisoned, and shared memory starts as NaN: an element not written shows.
+// What this cannot show — the CUDA compiler, the hardware, timing — the GPU suite
+// (test_cuda_attention.cpp) does.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "wkv_doctest.h"
+
+#include "cuda_emu.h"  // before the kernel: the CUDA built-ins on the host
+
+#include "attention_kernel.cuh"
+#include "attention_plan.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "reference/wkv_reference.h"
+#include "test_util.h"
+
+using namespace wkvtest;
+
+namespace {
+
+struct Case {
+    int64_t B = 1, Tq = 5, Tk = 5, Hq = 2, Hkv = 2, D = 16;
+    bool causal = false, strided = false, lse = true;
+    float scale = 0.0f;
+    double logit_scale = 1.0;
+    std::vector<int64_t> q_off, k_off;
+    wkv_dtype dtype = WKV_DTYPE_F32;
+};
+
+int32_t elem_code(wkv_dtype dt) { return dt.bits == 32 ? 0 : dt.code == WKV_DTYPE_F16.code ? 1 : 2; }
+
+HostTensor tensor(const Case& c, int64_t T, int64_t H) {
+    if (!c.strided) return HostTensor(c.dtype, {c.B, T, H, c.D});
+    return HostTensor(c.dtype, {c.B, T, H, c.D}, {T * H * 2 * c.D, H * 2 * c.D, 2 * c.D, 1}, 3);
+}
+
+wkv_cuda::DevView dev(HostTensor& t, int32_t elem) {
+    wkv_cuda::DevView v{};
+    v.data = reinterpret_cast<char*>(t.buf.data()) + t.offset_elems * t.elem_size();
+    for (int x = 0; x < 4; ++x) v.s[x] = t.strides[(size_t)x];
+    v.elem = elem;
+    return v;
+}
+
+struct Result {
+    std::vector<double> o, lse, o_ref, lse_ref;
+};
+
+Result run(const Case& c, Rng& rng) {
+    const int64_t nq = c.B * c.Tq * c.Hq * c.D, nk = c.B * c.Tk * c.Hkv * c.D;
+    std::vector<double> q = random_normal(rng, (size_t)nq), k = random_normal(rng, (size_t)nk),
+                        v = random_normal(rng, (size_t)nk);
+    for (double& x : q) x *= c.logit_scale;
+    q = rounded(c.dtype, q), k = rounded(c.dtype, k), v = rounded(c.dtype, v);
+    HostTensor tq = tensor(c, c.Tq, c.Hq), tk = tensor(c, c.Tk, c.Hkv), tv = tensor(c, c.Tk, c.Hkv),
+               to = tensor(c, c.Tq, c.Hq);
+    HostTensor tl(WKV_DTYPE_F32, {c.B, c.Hq, c.Tq});
+    tq.fill(q), tk.fill(k), tv.fill(v);
+    to.poison(), tl.poison();
+
+    wkv_attention_problem p{};
+    p.B = c.B, p.Tq = c.Tq, p.Tk = c.Tk, p.Hq = c.Hq, p.Hkv = c.Hkv, p.D = c.D;
+    p.num_seqs = c.q_off.empty() ? c.B : (int64_t)c.q_off.size() - 1;
+    p.q_offsets = c.q_off.empty() ? nullptr : c.q_off.data();
+    p.k_offsets = c.k_off.empty() ? nullptr : c.k_off.data();
+    p.causal = c.causal;
+    p.scale = c.scale != 0.0f ? c.scale : 1.0f / std::sqrt((float)c.D);
+    const int32_t e = elem_code(c.dtype);
+    wkv_cuda::DevView views[5] = {dev(tq, e), dev(tk, e), dev(tv, e), dev(to, e), dev(tl, 0)};
+    views[4].s[0] = c.Hq * c.Tq, views[4].s[1] = 1, views[4].s[2] = c.Tq, views[4].s[3] = 0;  // [b, t, h, 0]
+    if (!c.lse) views[4].data = nullptr;
+    const int D = (int)c.D;
+    const int dpl = D <= 64 ? 2 : D <= 128 ? 4 : 8;
+    const size_t smem = sizeof(float) * ((size_t)16 * D + (size_t)32 * (D + 1) + (size_t)32 * 32 * dpl);
+    std::string error;
+    const int rc = wkv_cuda::attn_plan_launches(&p, views, wkv_cuda::attn::kAttnRows,
+                                                [&](const wkv_cuda::AttnFwdParams& prm, int64_t blocks) {
+        const std::function<void()> body = [&]() {
+            if (dpl == 2) wkv_cuda::attn::attn_fwd_simt<2>(prm);
+            else if (dpl == 4) wkv_cuda::attn::attn_fwd_simt<4>(prm);
+            else wkv_cuda::attn::attn_fwd_simt<8>(prm);
+        };
+        error = wkv_emu::launch((unsigned)blocks, wkv_cuda::attn::kAttnWarps * 32, smem, body, test_seed());
+        return error.empty() ? 0 : 1;
+    });
+    REQUIRE_MESSAGE(rc == 0, error);
+    CHECK(to.gaps_still_nan());
+
+    Result r;
+    r.o = to.read(), r.lse = tl.read();
+    wkv_ref_attention in{};
+    in.B = c.B, in.Tq = c.Tq, in.Tk = c.Tk, in.Hq = c.Hq, in.Hkv = c.Hkv, in.D = c.D;
+    in.causal = c.causal;
+    in.scale = (double)p.scale;
+    in.q = q.data(), in.k = k.data(), in.v = v.data();
+    if (!c.q_off.empty()) in.num_seqs = p.num_seqs, in.q_offsets = c.q_off.data(), in.k_offsets = c.k_off.data();
+    r.o_ref.assign((size_t)nq, 0.0), r.lse_ref.assign((size_t)(c.B * c.Hq * c.Tq), 0.0);
+    wkv_ref_attention_forward(&in, r.o_ref.data(), r.lse_ref.data());
+    return r;
+}
+
+void check(const Case& c, Rng& rng) {
+    const Result r = run(c, rng);
+    const double tol = c.dtype.bits == 32 ? 1e-5 : 2e-3;
+    CHECK(all_finite(r.o));
+    CHECK_MESSAGE(rel_err(r.o, r.o_ref) <= tol, "o rel err ", rel_err(r.o, r.o_ref));
+    if (!c.lse) {
+        for (double x : r.lse) CHECK(std::isnan(x));  // not asked: not written
+        return;
+    }
+    std::vector<double> got, want;
+    for (size_t i = 0; i < r.lse.size(); ++i) {
+        if (std::isinf(r.lse_ref[i])) {
+            CHECK(r.lse[i] == -std::numeric_limits<double>::infinity());
+            continue;
+        }
+        got.push_back(r.lse[i]), want.push_back(r.lse_ref[i]);
+    }
+    if (!want.empty()) CHECK_MESSAGE(rel_err(got, want) <= 1e-5, "lse rel err ", rel_err(got, want));
+}
+
+}  // namespace
+
+TEST_CASE("cuda attention (emulated): every dtype, mask and head dim, grouped heads, odd T") {
+    Rng rng(test_seed());
+    for (const wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16})
+        for (const bool causal : {false, true})
+            for (const int64_t D : {16, 40, 64, 96, 128, 256}) {
+                Case c;
+                c.dtype = dt, c.causal = causal, c.D = D;
+                c.B = 2, c.Tq = 21, c.Tk = 37, c.Hq = 2, c.Hkv = 1;  // tails of the row and key blocks
+                CAPTURE(D);
+                CAPTURE(causal);
+                CAPTURE(dtype_name(dt));
+                check(c, rng);
+            }
+}
+
+TEST_CASE("cuda attention (emulated): shapes, strides, scale, large logits, lse absent") {
+    Rng rng(test_seed());
+    for (const bool causal : {false, true}) {
+        CAPTURE(causal);
+        Case c;
+        c.causal = causal;
+        c.Tq = 7, c.Tk = 70, c.Hq = 6, c.Hkv = 1;  // Tq < Tk, multi-query
+        check(c, rng);
+        c.Tq = 1, c.Tk = 1;  // one token
+        check(c, rng);
+        c.Tq = 1, c.Tk = 100;  // a decode step
+        check(c, rng);
+        c.Tq = 40, c.Tk = 9;  // Tq > Tk: causal rows before the first key see nothing
+        check(c, rng);
+        c.Tq = 33, c.Tk = 33, c.strided = true, c.scale = 0.3f, c.dtype = WKV_DTYPE_BF16;  // strides
+        check(c, rng);
+        c.strided = false, c.scale = 0.0f, c.logit_scale = 300.0, c.dtype = WKV_DTYPE_F32;  // logits ~1e3
+        check(c, rng);
+        c.logit_scale = 1.0, c.lse = false;
+        check(c, rng);
+    }
+}
+
+TEST_CASE("cuda attention (emulated): rows that see no key, no keys, packed sequences") {
+    Rng rng(test_seed());
+    Case c;
+    c.causal = true, c.Tq = 10, c.Tk = 4;  // rows 0..5 see no key: o = 0, lse = -inf
+    Result r = run(c, rng);
+    for (int64_t t = 0; t < 6; ++t)
+        for (int64_t h = 0; h < c.Hq; ++h) {
+            CHECK(r.lse[(size_t)(h * c.Tq + t)] == -std::numeric_limits<double>::infinity());
+            for (int64_t d = 0; d < c.D; ++d) CHECK(r.o[(size_t)((t * c.Hq + h) * c.D + d)] == 0.0);
+        }
+    CHECK(rel_err(r.o, r.o_ref) <= 1e-5);
+    c.Tk = 0, c.causal = false;  // no keys at all
+    r = run(c, rng);
+    for (double x : r.o) CHECK(x == 0.0);
+    for (double x : r.lse) CHECK(x == -std::numeric_limits<double>::infinity());
+    for (const bool causal : {false, true}) {
+        CAPTURE(causal);
+        Case p;
+        p.causal = causal, p.Hq = 4, p.Hkv = 2, p.D = 32;
+        p.q_off = {0, 5, 5, 25, 26, 60}, p.k_off = {0, 9, 12, 30, 30, 70};  // an empty sequence, a one-token one
+        p.Tq = 60, p.Tk = 70;
+        check(p, rng);
+    }
+    Case many;  // more sequences than one launch carries (kMaxSeqsPerLaunch)
+    many.Hq = 1, many.Hkv = 1, many.D = 16, many.causal = true;
+    for (int64_t s = 0, tq = 0, tk = 0; s <= 140; ++s) {
+        many.q_off.push_back(tq), many.k_off.push_back(tk);
+        tq += s % 3, tk += s % 3 + s % 2;
+    }
+    many.Tq = many.q_off.back(), many.Tk = many.k_off.back();
+    int launches = 0;
+    wkv_attention_problem p{};
+    p.B = 1, p.Tq = many.Tq, p.Tk = many.Tk, p.Hq = 1, p.Hkv = 1, p.D = 16;
+    p.num_seqs = (int64_t)many.q_off.size() - 1, p.q_offsets = many.q_off.data(), p.k_offsets = many.k_off.data();
+    wkv_cuda::DevView none[5] = {};
+    wkv_cuda::attn_plan_launches(&p, none, 16, [&](const wkv_cuda::AttnFwdParams&, int64_t) { return ++launches, 0; });
+    CHECK(launches == 2);
+    check(many, rng);
+}
+
+TEST_CASE("cuda emulator: a missing barrier and divergent barriers are caught") {
+    // a kernel that reads a neighbour's shared-memory element without __syncthreads: some
+    // shuffled schedule reads it before it is written (NaN)
+    int stale = 0;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+        std::vector<float> out(64, 0.0f);
+        const std::string e = wkv_emu::launch(1, 64, 64 * sizeof(float), [&]() {
+            WKV_DYNAMIC_SHARED(float, s);
+            const unsigned t = threadIdx.x;
+            s[t] = (float)t;
+            out[t] = s[(t + 1) % 64];
+        }, seed);
+        CHECK(e.empty());
+        for (float x : out) stale += std::isnan(x) ? 1 : 0;
+    }
+    CHECK(stale > 0);
+    // with the barrier every read sees the write
+    std::vector<float> out(64, 0.0f);
+    CHECK(wkv_emu::launch(1, 64, 64 * sizeof(float), [&]() {
+              WKV_DYNAMIC_SHARED(float, s);
+              const unsigned t = threadIdx.x;
+              s[t] = (float)t;
+              __syncthreads();
+              out[t] = s[(t + 1) % 64];
+          }).empty());
+    for (unsigned t = 0; t < 64; ++t) CHECK(out[t] == (float)((t + 1) % 64));
+    // a barrier only half the block reaches
+    const std::string e = wkv_emu::launch(1, 64, 0, [&]() {
+        if (threadIdx.x < 32) __syncthreads();
+    });
+    CHECK(e.find("deadlock") != std::string::npos);
+    // warp shuffles: a butterfly sum over each warp of a 48-thread block (a partial warp)
+    std::vector<float> sums(48, 0.0f);
+    CHECK(wkv_emu::launch(1, 48, 0, [&]() {
+              float x = (float)threadIdx.x;
+              for (int o = 1; o < 16; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+              sums[threadIdx.x] = x;
+          }).empty());
+    for (unsigned t = 0; t < 48; ++t) {
+        float want = 0.0f;
+        for (unsigned u = t / 16 * 16; u < t / 16 * 16 + 16; ++u) want += (float)u;
+        CHECK(sums[t] == want);
+    }
+}
