@@ -37,7 +37,7 @@ tools=${WKV_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}
 limit=${WKV_SANITIZE_TIMEOUT:-240}
 default_cases='*every dtype and decay form*,*packed sequences*,*graph*,cuda rwkv6: layouts*'
 default_cases+=',cuda rwkv6/rwkv4: two device runs*,*host tensors, wkv_buffers*,cuda: buffers*'
-default_cases+=',cuda fault*,cuda nonfinite*,cuda attention: fully masked*,cuda attention: against*'
+default_cases+=',cuda fault*,cuda nonfinite*,cuda attention: fully masked*,cuda attention: against*,cuda attention backward: against*'
 cases=${WKV_SANITIZE_CASES:-$default_cases}
 golden=${WKV_SANITIZE_GOLDEN:-wkv7_log_N32.safetensors wkv7_clampw_decode_T1.safetensors wkv6_log_N64.safetensors wkv4_C96.safetensors}
 

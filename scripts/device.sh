@@ -161,7 +161,7 @@ if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
   wb cuda --B 1,256 --T 1 --dtype f32 --pass forward
   stamp "wkv-bench perf cuda done" | tee -a "$summary"
 fi
-# Softmax attention on CUDA (the SIMT kernel, opt-in until this run's wkv_cuda_tests pass:
+# Softmax attention on CUDA (the SIMT kernels, opt-in until this run's wkv_cuda_tests pass:
 # WKV_CUDA_ATTENTION=1): bf16, the speed table's shapes, tensors in wkv_buffers
 if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
   for D in 64 128; do for T in 1024 4096; do for c in "" --causal; do
@@ -169,6 +169,11 @@ if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
     WKV_CUDA_ATTENTION=1 "$bench" perf --op attention --backend cuda --B 4 --T "$T" --H 32 --D "$D" $c --dtype bf16 \
       --repeat 10 --json >>"$perf" 2>>"$out/golden_bench.log" || note "cuda attention D=$D T=$T $c failed (golden_bench.log)"
   done; done; done
+  # its backward, the CPU table's training shapes (bf16 and f32)
+  for dt in bf16 f32; do
+    WKV_CUDA_ATTENTION=1 "$bench" perf --op attention --backend cuda --B 4 --T 1024 --H 32 --D 64 --causal --dtype "$dt" \
+      --pass backward --repeat 10 --json >>"$perf" 2>>"$out/golden_bench.log" || note "cuda attention backward $dt failed (golden_bench.log)"
+  done
   stamp "wkv-bench perf cuda attention done" | tee -a "$summary"
 fi
 # RWKV-6 and RWKV-4 anchors (issue 5): fwd+bwd B=8 T=4096, RWKV-6 H=32 N=64 bf16 (fla 7.29 ms),

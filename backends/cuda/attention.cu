@@ -38,10 +38,10 @@ int attn_prepare(size_t max_smem) {
 }
 
 int attn_launch_forward(const AttnFwdParams& p, int64_t blocks, void* stream) {
-    const size_t smem = attn_smem_bytes(p.D);
+    const size_t smem = attn_smem_bytes(p.sh.D);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const unsigned grid = (unsigned)blocks;
-    switch (dpl_of(p.D)) {
+    switch (dpl_of(p.sh.D)) {
     case 2: attn_fwd_simt<2><<<grid, kAttnWarps * 32, smem, s>>>(p); break;
     case 4: attn_fwd_simt<4><<<grid, kAttnWarps * 32, smem, s>>>(p); break;
     default: attn_fwd_simt<8><<<grid, kAttnWarps * 32, smem, s>>>(p); break;

@@ -52,39 +52,57 @@ __device__ __forceinline__ int64_t offset(const DevView& v, int64_t b, int64_t t
     return b * v.s[0] + t * v.s[1] + h * v.s[2] + d * v.s[3];
 }
 
+/* Batch, query rows [q0, q1), keys [k0, k1) and tile index within its sequence of a launch's
+ * tile `tile_all` (AttnSeqs). */
+__device__ __forceinline__ void attn_locate(const AttnSeqs& q, const AttnShape& sh, int64_t tile_all, int64_t* b,
+                                            int64_t* q0, int64_t* q1, int64_t* k0, int64_t* k1, int64_t* tile) {
+    int local = 0;
+    if (q.packed) {
+        while (local + 1 < q.count && q.tiles_before[local + 1] <= tile_all) ++local;
+        *tile = tile_all - q.tiles_before[local];
+        *b = 0;
+        *q0 = q.q_off[local], *q1 = q.q_off[local + 1];
+        *k0 = q.k_off[local], *k1 = q.k_off[local + 1];
+    } else {
+        local = (int)(tile_all / q.tiles_per_seq);
+        *tile = tile_all % q.tiles_per_seq;
+        *b = q.first + local;
+        *q0 = 0, *q1 = sh.Tq, *k0 = 0, *k1 = sh.Tk;
+    }
+}
+
+/* The last key row `row` sees: every key of its sequence, or (causal, bottom-right aligned)
+ * up to row + (k1 - k0) - (q1 - q0); below k0 when it sees none. */
+__device__ __forceinline__ int64_t attn_last_key(const AttnShape& sh, int64_t row, int64_t q0, int64_t q1,
+                                                 int64_t k0, int64_t k1) {
+    return sh.causal ? elem::min64(k1 - 1, k0 + (row - q0) + (k1 - k0) - (q1 - q0)) : k1 - 1;
+}
+
 /* DPL: accumulator floats per lane (D <= 32 * DPL). */
 template <int DPL>
 __global__ void __launch_bounds__(kAttnWarps * 32) attn_fwd_simt(const AttnFwdParams p) {
     WKV_DYNAMIC_SHARED(float, smem);
     constexpr int Dv = 32 * DPL;
-    const int D = p.D, Dk = p.D + 1;
+    const AttnShape& sh = p.sh;
+    const int D = sh.D, Dk = sh.D + 1;
     float* q_s = smem;                      /* [kAttnRows][D], scaled */
     float* k_s = q_s + kAttnRows * D;       /* [kAttnKeys][D + 1] */
     float* v_s = k_s + kAttnKeys * Dk;      /* [kAttnKeys][Dv], zeros past D */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     /* which sequence, tile and head */
-    const int64_t h = blockIdx.x % p.Hq, tile_all = blockIdx.x / p.Hq;
-    int local = 0;
-    if (p.packed) {
-        while (local + 1 < p.count && p.tiles_before[local + 1] <= tile_all) ++local;
-    } else {
-        local = (int)(tile_all / p.tiles_per_seq);
-    }
-    const int64_t tile = p.packed ? tile_all - p.tiles_before[local] : tile_all % p.tiles_per_seq;
-    const int64_t b = p.packed ? 0 : p.first + local;
-    const int64_t q0 = p.packed ? p.q_off[local] : 0, q1 = p.packed ? p.q_off[local + 1] : p.Tq;
-    const int64_t k0 = p.packed ? p.k_off[local] : 0, k1 = p.packed ? p.k_off[local + 1] : p.Tk;
+    const int64_t h = blockIdx.x % sh.Hq;
+    int64_t b, q0, q1, k0, k1, tile;
+    attn_locate(p.seq, sh, blockIdx.x / sh.Hq, &b, &q0, &q1, &k0, &k1, &tile);
     const int64_t r0 = q0 + tile * kAttnRows;
     const int64_t r1 = elem::min64(q1, r0 + kAttnRows);
-    const int64_t g = h / (p.Hq / p.Hkv);
-    const int64_t shift = (k1 - k0) - (q1 - q0);
+    const int64_t g = h / (sh.Hq / sh.Hkv);
     /* keys [k0, kend) reach some row of the tile (causal: the last row sees the most) */
-    const int64_t kend = p.causal ? elem::min64(k1, k0 + (r1 - 1 - q0) + shift + 1) : k1;
+    const int64_t kend = attn_last_key(sh, r1 - 1, q0, q1, k0, k1) + 1;
 
     for (int i = tid; i < kAttnRows * D; i += blockDim.x) {
         const int r = i / D, d = i % D;
-        q_s[i] = r0 + r < r1 ? elem::load(p.q, offset(p.q, b, r0 + r, h, d)) * p.scale : 0.0f;
+        q_s[i] = r0 + r < r1 ? elem::load(p.q, offset(p.q, b, r0 + r, h, d)) * sh.scale : 0.0f;
     }
     for (int i = tid; i < kAttnKeys * Dv; i += blockDim.x)
         if (i % Dv >= D) v_s[i] = 0.0f;
@@ -114,7 +132,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_fwd_simt(const AttnFwdPa
             const int r = warp * kRowsPerWarp + rr;
             const int64_t row = r0 + r;
             if (row >= r1) continue; /* warp-uniform */
-            const int64_t last = p.causal ? elem::min64(k1 - 1, k0 + (row - q0) + shift) : k1 - 1;
+            const int64_t last = attn_last_key(sh, row, q0, q1, k0, k1);
             const float* qr = q_s + r * D;
             const float* kj = k_s + lane * Dk;
             float s = 0.0f;

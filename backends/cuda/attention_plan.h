@@ -1,7 +1,7 @@
-/* The attention forward's launches (cuda_attention in cuda_backend.cpp; the CPU emulation test,
- * tests/emu, runs the kernel through the same plan): the launch-independent parameters, then
- * one launch per at most kMaxSeqsPerLaunch sequences (their offsets ride in the parameters), as
- * many as keep a launch's tiles * Hq blocks a 31-bit grid. Host code only. */
+/* The attention kernels' launches (cuda_attention and cuda_attention_backward in
+ * cuda_backend.cpp; the CPU emulation test, tests/emu, runs the kernels through the same plan):
+ * one launch per at most kMaxSeqsPerLaunch sequences (their offsets ride in the parameters),
+ * as many as keep a launch's tiles * heads blocks a 31-bit grid. Host code only. */
 #ifndef WKV_BACKENDS_CUDA_ATTENTION_PLAN_H
 #define WKV_BACKENDS_CUDA_ATTENTION_PLAN_H
 
@@ -12,52 +12,63 @@
 
 namespace wkv_cuda {
 
-/* Query tiles of sequence s. */
-inline int64_t attn_tiles(const wkv_attention_problem* p, int64_t s, int64_t rows) {
+/* Tiles of `unit` query rows (by_keys false) or keys (true) of sequence s. */
+inline int64_t attn_tiles(const wkv_attention_problem* p, int64_t s, int64_t unit, bool by_keys) {
     int64_t b, q0, q1, k0, k1;
     wkv_attention_sequence(p, s, &b, &q0, &q1, &k0, &k1);
-    return (q1 - q0 + rows - 1) / rows;
+    return by_keys ? (k1 - k0 + unit - 1) / unit : (q1 - q0 + unit - 1) / unit;
 }
 
-/* Calls launch(prm, blocks) for each launch of p, whose views q, k, v, o, lse are placed at
- * `views` (device addresses); `rows` = query rows per tile. Returns 0, the first nonzero value
- * a launch returned, or -1 when one sequence's tiles * Hq exceed a launch's grid (nothing
- * launched). */
-template <class Launch>
-int attn_plan_launches(const wkv_attention_problem* p, const DevView views[5], int64_t rows, Launch&& launch) {
-    int64_t max_tiles = 0;
+/* The most tiles of one sequence; 0 when there is nothing to do. */
+inline int64_t attn_max_tiles(const wkv_attention_problem* p, int64_t unit, bool by_keys) {
+    int64_t m = 0;
     for (int64_t s = 0; s < p->num_seqs; ++s) {
-        const int64_t t = attn_tiles(p, s, rows);
-        max_tiles = t > max_tiles ? t : max_tiles;
+        const int64_t t = attn_tiles(p, s, unit, by_keys);
+        m = t > m ? t : m;
     }
-    if (max_tiles == 0 || p->Hq == 0) return 0; /* no query rows */
-    if (max_tiles * p->Hq > 0x7fffffff) return -1;
-    int64_t per = 0x7fffffff / (max_tiles * p->Hq);
+    return m;
+}
+
+inline AttnShape attn_shape(const wkv_attention_problem* p) {
+    AttnShape sh;
+    std::memset(&sh, 0, sizeof sh);
+    sh.Tq = p->Tq, sh.Tk = p->Tk, sh.Hq = p->Hq, sh.Hkv = p->Hkv;
+    sh.D = (int32_t)p->D;
+    sh.causal = p->causal ? 1 : 0;
+    sh.scale = p->scale;
+    return sh;
+}
+
+/* Calls launch(seq, blocks) for each launch of p's sequences cut in tiles of `unit` rows or
+ * keys, `heads` blocks per tile (blocks = the launch's tiles * heads). Returns 0, the first
+ * nonzero value a launch returned, or -1 when one sequence's tiles * heads exceed a launch's
+ * grid (nothing launched). */
+template <class Launch>
+int attn_plan_launches(const wkv_attention_problem* p, int64_t unit, bool by_keys, int64_t heads, Launch&& launch) {
+    const int64_t max_tiles = attn_max_tiles(p, unit, by_keys);
+    if (max_tiles == 0 || heads == 0) return 0;
+    if (max_tiles * heads > 0x7fffffff) return -1;
+    int64_t per = 0x7fffffff / (max_tiles * heads);
     per = per < (int64_t)kMaxSeqsPerLaunch ? per : (int64_t)kMaxSeqsPerLaunch;
-    AttnFwdParams prm;
-    std::memset(&prm, 0, sizeof prm);
-    prm.q = views[0], prm.k = views[1], prm.v = views[2], prm.o = views[3], prm.lse = views[4];
-    prm.Tq = p->Tq, prm.Tk = p->Tk, prm.Hq = p->Hq, prm.Hkv = p->Hkv;
-    prm.D = (int32_t)p->D;
-    prm.causal = p->causal ? 1 : 0;
-    prm.scale = p->scale;
-    prm.packed = p->q_offsets ? 1 : 0;
-    prm.tiles_per_seq = (p->Tq + rows - 1) / rows;
+    AttnSeqs seq;
+    std::memset(&seq, 0, sizeof seq);
+    seq.packed = p->q_offsets ? 1 : 0;
+    seq.tiles_per_seq = by_keys ? (p->Tk + unit - 1) / unit : (p->Tq + unit - 1) / unit;
     for (int64_t first = 0; first < p->num_seqs; first += per) {
         const int64_t count = p->num_seqs - first < per ? p->num_seqs - first : per;
-        prm.first = first;
-        prm.count = (int32_t)count;
+        seq.first = first;
+        seq.count = (int32_t)count;
         int64_t tiles = 0;
         for (int64_t x = 0; x < count; ++x) {
             int64_t b, q0, q1, k0, k1;
             wkv_attention_sequence(p, first + x, &b, &q0, &q1, &k0, &k1);
-            prm.q_off[x] = q0, prm.k_off[x] = k0, prm.tiles_before[x] = tiles;
-            prm.q_off[x + 1] = q1, prm.k_off[x + 1] = k1;
-            tiles += (q1 - q0 + rows - 1) / rows;
+            seq.q_off[x] = q0, seq.k_off[x] = k0, seq.tiles_before[x] = tiles;
+            seq.q_off[x + 1] = q1, seq.k_off[x + 1] = k1;
+            tiles += attn_tiles(p, first + x, unit, by_keys);
         }
-        prm.tiles_before[count] = tiles;
+        seq.tiles_before[count] = tiles;
         if (tiles == 0) continue;
-        const int e = launch(prm, tiles * p->Hq);
+        const int e = launch(seq, tiles * heads);
         if (e != 0) return e;
     }
     return 0;

@@ -290,6 +290,7 @@ wkv_status cuda_create(const wkv_backend_create_args* args, void** out_state, wk
     if (const char* env = std::getenv("WKV_CUDA_RWKV7_CHUNKED_BWD"))
         st->chunk_bwd_mode = env[0] == '1' ? 1 : env[0] == '0' ? 0 : -1;
     st->attn_ready = attn_prepare((size_t)st->smem_optin) == (int)cudaSuccess;
+    st->attn_bwd_max_d = attn_bwd_prepare((size_t)st->smem_optin);
     cudaGetLastError();
     if (const char* env = std::getenv("WKV_CUDA_ATTENTION")) st->attn_enabled = env[0] == '1' && env[1] == 0;
     e = cudaStreamCreateWithFlags(&st->own_stream, cudaStreamNonBlocking);
@@ -1002,8 +1003,7 @@ wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_messa
         return WKV_ERROR_UNSUPPORTED;
     }
     const int64_t rows = attn_rows_per_tile();
-    int64_t max_tiles = 0;
-    for (int64_t x = 0; x < p->num_seqs; ++x) max_tiles = std::max(max_tiles, attn_tiles(p, x, rows));
+    const int64_t max_tiles = attn_max_tiles(p, rows, false);
     if (max_tiles == 0 || p->Hq == 0) return WKV_OK; /* no query rows */
     if (max_tiles * p->Hq > 0x7fffffff) {
         set_message(msg, "attention: %lld query tiles x %lld heads of one sequence exceed one launch's grid",
@@ -1024,10 +1024,72 @@ wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_messa
     if (s != WKV_OK) return s;
     if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
         return cuda_fail(st, cudaErrorLaunchFailure, msg, "attention launch (injected fault: WKV_FAULT=device_lost)");
-    const int e = attn_plan_launches(p, pl.v, rows, [&](const AttnFwdParams& prm, int64_t blocks) {
+    AttnFwdParams prm;
+    std::memset(&prm, 0, sizeof prm);
+    prm.q = pl.v[0], prm.k = pl.v[1], prm.v = pl.v[2], prm.o = pl.v[3], prm.lse = pl.v[4];
+    prm.sh = attn_shape(p);
+    const int e = attn_plan_launches(p, rows, false, p->Hq, [&](const AttnSeqs& seq, int64_t blocks) {
+        prm.seq = seq;
         return attn_launch_forward(prm, blocks, st->stream);
     });
     if (e != 0) return cuda_fail(st, (cudaError_t)e, msg, "attention launch");
+    return stage_out(st, &pl, &drain, msg);
+}
+
+wkv_status cuda_attention_backward(void* state, const wkv_attention_backward_problem* bp, wkv_message* msg) {
+    CudaState* st = static_cast<CudaState*>(state);
+    if (st->lost) return context_lost(msg);
+    const wkv_attention_problem* p = &bp->fwd;
+    if (!st->attn_enabled) {
+        set_message(msg, "softmax attention backward: the CUDA kernels have not yet been validated on a GPU; "
+                         "set WKV_CUDA_ATTENTION=1 before creating the context to run them anyway, or use "
+                         "the CPU or Vulkan backend");
+        return WKV_ERROR_UNSUPPORTED;
+    }
+    if (p->D > st->attn_bwd_max_d) {
+        set_message(msg, "attention backward head dim D = %lld: this device takes D <= %d", (long long)p->D,
+                    st->attn_bwd_max_d);
+        return WKV_ERROR_UNSUPPORTED;
+    }
+    const int64_t keys = attn_bwd_keys_per_tile(), rows = attn_bwd_rows_per_tile();
+    const int64_t kv_tiles = attn_max_tiles(p, keys, true), q_tiles = attn_max_tiles(p, rows, false);
+    if (kv_tiles * p->Hkv > 0x7fffffff || q_tiles * p->Hq > 0x7fffffff) {
+        set_message(msg, "attention backward: the tiles x heads of one sequence exceed one launch's grid");
+        return WKV_ERROR_UNSUPPORTED;
+    }
+    if ((kv_tiles == 0 || p->Hkv == 0) && (q_tiles == 0 || p->Hq == 0)) return WKV_OK; /* nothing to write */
+    DeviceGuard guard(st->device);
+    if (guard.error != cudaSuccess) return cuda_fail(st, guard.error, msg, "cudaSetDevice");
+    const int64_t nq = p->B * p->Tq * p->Hq * p->D, nk = p->B * p->Tk * p->Hkv * p->D, nl = p->B * p->Tq * p->Hq;
+    const ViewSpec spec[10] = {{&p->q, &p->mem[0], false, nq},      {&p->k, &p->mem[1], false, nk},
+                               {&p->v, &p->mem[2], false, nk},      {&p->o, &p->mem[3], false, nq},
+                               {&p->lse, &p->mem[4], false, nl},    {&bp->dout, &bp->mem[0], false, nq},
+                               {&bp->dlse, &bp->mem[4], false, nl}, {&bp->dq, &bp->mem[1], true, nq},
+                               {&bp->dk, &bp->mem[2], true, nk},    {&bp->dv, &bp->mem[3], true, nk}};
+    Placement pl;
+    wkv_status s = place_views(spec, 10, false, 0, &pl, msg);
+    if (s != WKV_OK) return s;
+    StreamDrain drain(st->stream);
+    s = stage_in(st, &pl, &drain, msg);
+    if (s != WKV_OK) return s;
+    if (fault_hit(st, WKV_FAULT_DEVICE_LOST, "submit"))
+        return cuda_fail(st, cudaErrorLaunchFailure, msg,
+                         "attention backward launch (injected fault: WKV_FAULT=device_lost)");
+    AttnBwdParams prm;
+    std::memset(&prm, 0, sizeof prm);
+    prm.q = pl.v[0], prm.k = pl.v[1], prm.v = pl.v[2], prm.o = pl.v[3], prm.lse = pl.v[4];
+    prm.dout = pl.v[5], prm.dlse = pl.v[6], prm.dq = pl.v[7], prm.dk = pl.v[8], prm.dv = pl.v[9];
+    prm.sh = attn_shape(p);
+    int e = attn_plan_launches(p, keys, true, p->Hkv, [&](const AttnSeqs& seq, int64_t blocks) {
+        prm.seq = seq;
+        return attn_launch_backward_kv(prm, blocks, st->stream);
+    });
+    if (e == 0)
+        e = attn_plan_launches(p, rows, false, p->Hq, [&](const AttnSeqs& seq, int64_t blocks) {
+            prm.seq = seq;
+            return attn_launch_backward_q(prm, blocks, st->stream);
+        });
+    if (e != 0) return cuda_fail(st, (cudaError_t)e, msg, "attention backward launch");
     return stage_out(st, &pl, &drain, msg);
 }
 
@@ -1056,6 +1118,7 @@ wkv_backend_iface make_iface() {
     f.forward_scratch_size = cuda_forward_scratch_size;
     f.attention = cuda_attention;
     f.attention_configs = cuda_attention_configs;
+    f.attention_backward = cuda_attention_backward;
     return f;
 }
 

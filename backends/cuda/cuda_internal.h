@@ -232,22 +232,41 @@ int rwkv4_launch_reduce(const float* part, DevView w, DevView dw, DevView du, in
 
 enum { kAttnMaxD = 256 };
 
-/* One launch of the attention forward (attention.cu): `count` sequences from `first`. Block x
- * is (tile over the launch's sequences) * Hq + query head. Unpacked: sequence first + local is
- * batch first + local, tiles_per_seq tiles each. Packed: batch 0, local sequence x has rows
+/* The sequences of one attention launch (attention_plan.h): `count` from `first`, each cut in
+ * tiles along the query rows (the forward, the backward's dq) or the keys (dk, dv). Block x is
+ * (tile over the launch's sequences) * heads + head. Unpacked: local sequence x is batch
+ * first + x, tiles_per_seq tiles each. Packed: batch 0, local sequence x has rows
  * [q_off[x], q_off[x + 1]), keys [k_off[x], k_off[x + 1]) and its tiles start at
  * tiles_before[x] (x <= count). */
-struct AttnFwdParams {
-    DevView q, k, v, o, lse;
-    int64_t Tq, Tk, Hq, Hkv;
-    int32_t D, causal;
-    float scale;
-    int32_t packed;
+struct AttnSeqs {
     int64_t first, tiles_per_seq;
-    int32_t count, pad_;
+    int32_t count, packed;
     int64_t q_off[kMaxSeqsPerLaunch + 1];
     int64_t k_off[kMaxSeqsPerLaunch + 1];
     int64_t tiles_before[kMaxSeqsPerLaunch + 1];
+};
+
+/* The problem's sizes, as every attention kernel takes them. */
+struct AttnShape {
+    int64_t Tq, Tk, Hq, Hkv;
+    int32_t D, causal;
+    float scale;
+    int32_t pad_;
+};
+
+struct AttnFwdParams {
+    DevView q, k, v, o, lse;
+    AttnShape sh;
+    AttnSeqs seq;
+};
+
+/* The backward's two kernels (attention_bwd_kernel.cuh): dk, dv per tile of keys (sequences
+ * tiled along the keys, blocks x = tile * Hkv + kv head) and dq per tile of rows (tiled along
+ * the rows, x = tile * Hq + head). dlse absent: 0. */
+struct AttnBwdParams {
+    DevView q, k, v, o, lse, dout, dlse, dq, dk, dv;
+    AttnShape sh;
+    AttnSeqs seq;
 };
 
 /* Query rows per block of the forward. */
@@ -260,6 +279,14 @@ int attn_prepare(size_t max_smem);
 /* Enqueues the forward: `blocks` = the launch's tiles * Hq. cudaError_t as int. */
 int attn_launch_forward(const AttnFwdParams& p, int64_t blocks, void* stream);
 
+/* The backward: keys per dk/dv tile and rows per dq tile; the largest D whose kernels fit
+ * max_smem bytes of shared memory per block, their limits raised (0: none fits, or an error). */
+int attn_bwd_keys_per_tile();
+int attn_bwd_rows_per_tile();
+int attn_bwd_prepare(size_t max_smem);
+/* Enqueues the dk/dv kernel (blocks = key tiles * Hkv) or the dq kernel (row tiles * Hq). */
+int attn_launch_backward_kv(const AttnBwdParams& p, int64_t blocks, void* stream);
+int attn_launch_backward_q(const AttnBwdParams& p, int64_t blocks, void* stream);
 } // namespace wkv_cuda
 
 #endif

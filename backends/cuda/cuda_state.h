@@ -59,6 +59,7 @@ struct CudaState {
      * is opt-in until the device suite has passed (cuda_attention). */
     bool attn_ready = false;
     bool attn_enabled = false;
+    int attn_bwd_max_d = 0; /* the backward's largest head dim on this device (attn_bwd_prepare) */
     wkv_fault_hook fault{nullptr, nullptr}; /* WKV_FAULT (src/fault.h): test builds only */
 };
 

@@ -478,9 +478,9 @@ WKV_API wkv_status wkv_forward_scratch_size(wkv_context* ctx, size_t* out_bytes,
  * q_offsets[s+1]) and keys [k_offsets[s], k_offsets[s+1]) (both host arrays of num_seqs + 1
  * non-decreasing values from 0 to Tq, resp. Tk; the mask is aligned per sequence).
  * Computed in float32 whatever the I/O dtype (float32, float16, bfloat16; q, k, v, o share one).
- * Backends: CPU, Vulkan and CUDA (D up to 256). The CUDA kernel has not yet run on a GPU, so
- * it is opt-in: WKV_CUDA_ATTENTION=1 in the environment when the context is created, else
- * WKV_ERROR_UNSUPPORTED (and its configuration is listed with fits = 0). A pinned configuration (desc->config) that the
+ * Backends: CPU, Vulkan and CUDA (D up to 256). The CUDA kernels have not yet run on a GPU, so
+ * they are opt-in: WKV_CUDA_ATTENTION=1 in the environment when the context is created, else
+ * WKV_ERROR_UNSUPPORTED (and the configuration is listed with fits = 0). A pinned configuration (desc->config) that the
  * backend does not list is WKV_ERROR_INVALID_ARGUMENT, one listed with fits = 0
  * WKV_ERROR_UNSUPPORTED. */
 enum { WKV_ATTENTION_CAUSAL = 1u << 0 };
@@ -513,7 +513,8 @@ WKV_API wkv_status wkv_attention(wkv_context* ctx, const wkv_attention_desc* des
  * (the backward has its own tiles). dout, dq, dk, dv share q's dtype; computed in float32; no
  * workspace; the result does not depend on the thread count (no atomics). A key no row sees
  * gets dk = dv = 0; a row that sees no key gets dq = 0. Backends: CPU and Vulkan (D <= 256);
- * CUDA answers WKV_ERROR_UNSUPPORTED. */
+ * CUDA (D <= 256 where the device's shared memory allows, 128 or 64 elsewhere) opt-in like its
+ * forward (WKV_CUDA_ATTENTION=1 at context creation). */
 typedef struct wkv_attention_backward_desc {
     size_t struct_size;                 /* sizeof(wkv_attention_backward_desc) */
     const wkv_attention_desc* forward;  /* the forward call (its o and lse are inputs here) */

@@ -20,6 +20,7 @@ struct Fiber {
     bool waiting = false;
     int scope = 0;      // the barrier waited on: warp w is w, the block is warps
     uint64_t gen = 0;   // its generation when the wait began
+    unsigned bank = 0;  // its current shuffle's bank of the exchange buffer
 };
 
 struct Block {
@@ -27,7 +28,7 @@ struct Block {
     std::vector<Fiber> fibers;
     std::vector<uint64_t> gen;      // per scope: barriers completed
     std::vector<unsigned> arrived;  // per scope: threads at the current barrier
-    std::vector<uint64_t> slots;    // a shuffle slot per thread
+    std::vector<uint64_t> slots;    // two banks of a shuffle slot per thread
     std::vector<unsigned char> smem;
     ucontext_t scheduler;
     unsigned current = 0;
@@ -64,6 +65,7 @@ void trampoline();
 // about every local of the caller (the second return never happens: makecontext follows).
 __attribute__((noinline)) void init_fiber(Fiber& f, ucontext_t* link) {
     f.done = f.waiting = false;
+    f.bank = 0;
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.get();
     f.ctx.uc_stack.ss_size = kStackBytes;
@@ -88,7 +90,11 @@ void sync_block() { barrier((int)g_block->warps); }
 void sync_warp() { barrier((int)(g_block->tid.x / 32)); }
 void* shuffle_slot(unsigned lane) {
     Block& b = *g_block;
-    return &b.slots[(size_t)(b.tid.x / 32 * 32 + lane)];
+    return &b.slots[(size_t)b.fibers[b.current].bank * b.warps * 32 + b.tid.x / 32 * 32 + lane];
+}
+void shuffle_done() {
+    Fiber& f = g_block->fibers[g_block->current];
+    f.bank ^= 1u;
 }
 
 std::string launch(unsigned grid, unsigned threads, size_t smem, const std::function<void()>& kernel, uint64_t seed) {
@@ -97,7 +103,7 @@ std::string launch(unsigned grid, unsigned threads, size_t smem, const std::func
     b.warps = (threads + 31) / 32;
     b.fibers.resize(threads);
     for (Fiber& f : b.fibers) f.stack.reset(new char[kStackBytes]);
-    b.slots.assign(b.warps * 32, 0);
+    b.slots.assign(2 * b.warps * 32, 0);
     b.kernel = &kernel;
     b.dim.x = threads;
     std::mt19937_64 rng(seed);

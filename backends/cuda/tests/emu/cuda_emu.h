@@ -4,7 +4,7 @@
 //
 // A block's threads are fibers (ucontext) on the calling thread: each runs until it reaches a
 // barrier — __syncthreads (the block) or a warp shuffle (its warp: lanes write, wait for the
-// warp, read, wait again) — and the scheduler resumes the threads whose barrier has been
+// warp, read; two banks of slots alternate) — and the scheduler resumes the threads whose barrier has been
 // reached by all of its participants, in a shuffled order per pass (a seeded generator), so a
 // missing barrier between a shared-memory write and another thread's read shows as wrong data.
 // A pass in which no thread can move is a deadlock (divergent barriers): launch() reports it.
@@ -46,8 +46,12 @@ void* dynamic_shared();
 // Barriers: the block's, and the running thread's warp's.
 void sync_block();
 void sync_warp();
-// The running thread's slot of its warp's exchange buffer, and a lane's.
+// A lane's slot of the running thread's warp's exchange buffer for its current shuffle, and
+// the step to its next shuffle. Two banks, alternating: a lane may write the next shuffle's
+// value while slower lanes still read this one's, and cannot reach the one after before every
+// lane has passed the next one's barrier — so one barrier per shuffle is enough.
 void* shuffle_slot(unsigned lane);
+void shuffle_done();
 
 template <class T>
 T shfl(T v, unsigned src_lane) {
@@ -56,7 +60,7 @@ T shfl(T v, unsigned src_lane) {
     sync_warp();
     T r;
     std::memcpy(&r, shuffle_slot(src_lane % 32), sizeof r);
-    sync_warp();
+    shuffle_done();
     return r;
 }
 

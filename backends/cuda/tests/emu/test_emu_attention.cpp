@@ -1,9 +1,10 @@
-// The CUDA attention forward's device code (attention_kernel.cuh) and its launch plan
-// (attention_plan.h), run on the CPU by the fiber emulator (cuda_emu.h) against the float64
-// reference: every dtype, mask, head grouping, head dim 16..256 (tails of the 32-lane rows),
-// Tq != Tk both ways, a decode step, strides, scale, large logits, rows that see no key, no
-// keys at all, packed sequences (an empty one; more than one launch carries), lse absent. The
-// outputs are NaN-poisoned, and shared memory starts as NaN: an element not written shows.
+// The CUDA attention kernels' device code (attention_kernel.cuh, attention_bwd_kernel.cuh) and
+// their launch plan (attention_plan.h), run on the CPU by the fiber emulator (cuda_emu.h)
+// against the float64 reference, forward and backward: every dtype, mask, head grouping, head
+// dim 16..256 (tails of the 32-lane rows), Tq != Tk both ways, a decode step, strides, scale,
+// large logits, rows that see no key, no keys at all, no rows, packed sequences (an empty one;
+// more than one launch carries), lse or dlse absent. The outputs are NaN-poisoned, and shared
+// memory starts as NaN: an element not written shows.
 // What this cannot show — the CUDA compiler, the hardware, timing — the GPU suite
 // (test_cuda_attention.cpp) does.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
@@ -11,6 +12,7 @@
 
 #include "cuda_emu.h"  // before the kernel: the CUDA built-ins on the host
 
+#include "attention_bwd_kernel.cuh"
 #include "attention_kernel.cuh"
 #include "attention_plan.h"
 
@@ -54,6 +56,69 @@ struct Result {
     std::vector<double> o, lse, o_ref, lse_ref;
 };
 
+wkv_attention_problem problem(const Case& c) {
+    wkv_attention_problem p{};
+    p.B = c.B, p.Tq = c.Tq, p.Tk = c.Tk, p.Hq = c.Hq, p.Hkv = c.Hkv, p.D = c.D;
+    p.num_seqs = c.q_off.empty() ? c.B : (int64_t)c.q_off.size() - 1;
+    p.q_offsets = c.q_off.empty() ? nullptr : c.q_off.data();
+    p.k_offsets = c.k_off.empty() ? nullptr : c.k_off.data();
+    p.causal = c.causal;
+    p.scale = c.scale != 0.0f ? c.scale : 1.0f / std::sqrt((float)c.D);
+    return p;
+}
+
+// lse / dlse [B, Hq, Tq] as the kernels' [b, t, h, 0] view
+wkv_cuda::DevView row_view(HostTensor& t, const Case& c) {
+    wkv_cuda::DevView v = dev(t, 0);
+    v.s[0] = c.Hq * c.Tq, v.s[1] = 1, v.s[2] = c.Tq, v.s[3] = 0;
+    return v;
+}
+
+int dpl_of(int64_t D) { return D <= 64 ? 2 : D <= 128 ? 4 : 8; }
+
+// Runs one kernel over the plan's launches; REQUIREs that none deadlocked.
+template <class Params, class Body>
+void run_plan(const wkv_attention_problem& p, int64_t unit, bool by_keys, int64_t heads, Params& prm,
+              unsigned threads, size_t smem, Body&& body) {
+    std::string error;
+    const int rc = wkv_cuda::attn_plan_launches(&p, unit, by_keys, heads, [&](const wkv_cuda::AttnSeqs& seq, int64_t blocks) {
+        prm.seq = seq;
+        error = wkv_emu::launch((unsigned)blocks, threads, smem, [&]() { body(prm); }, test_seed());
+        return error.empty() ? 0 : 1;
+    });
+    REQUIRE_MESSAGE(rc == 0, error);
+}
+
+// The emulated forward: o (and lse unless lse_out is NULL) from q, k, v.
+void forward(const Case& c, HostTensor& tq, HostTensor& tk, HostTensor& tv, HostTensor& to, HostTensor* lse_out) {
+    const wkv_attention_problem p = problem(c);
+    const int32_t e = elem_code(c.dtype);
+    wkv_cuda::AttnFwdParams prm{};
+    prm.q = dev(tq, e), prm.k = dev(tk, e), prm.v = dev(tv, e), prm.o = dev(to, e);
+    if (lse_out) prm.lse = row_view(*lse_out, c);
+    prm.sh = wkv_cuda::attn_shape(&p);
+    const int D = (int)c.D, dpl = dpl_of(c.D);
+    const size_t smem = sizeof(float) * ((size_t)16 * D + (size_t)32 * (D + 1) + (size_t)32 * 32 * dpl);
+    run_plan(p, wkv_cuda::attn::kAttnRows, false, p.Hq, prm, wkv_cuda::attn::kAttnWarps * 32, smem,
+             [&](const wkv_cuda::AttnFwdParams& x) {
+                 if (dpl == 2) wkv_cuda::attn::attn_fwd_simt<2>(x);
+                 else if (dpl == 4) wkv_cuda::attn::attn_fwd_simt<4>(x);
+                 else wkv_cuda::attn::attn_fwd_simt<8>(x);
+             });
+}
+
+wkv_ref_attention reference(const Case& c, const std::vector<double>& q, const std::vector<double>& k,
+                            const std::vector<double>& v) {
+    const wkv_attention_problem p = problem(c);
+    wkv_ref_attention in{};
+    in.B = c.B, in.Tq = c.Tq, in.Tk = c.Tk, in.Hq = c.Hq, in.Hkv = c.Hkv, in.D = c.D;
+    in.causal = c.causal;
+    in.scale = (double)p.scale;
+    in.q = q.data(), in.k = k.data(), in.v = v.data();
+    if (!c.q_off.empty()) in.num_seqs = p.num_seqs, in.q_offsets = c.q_off.data(), in.k_offsets = c.k_off.data();
+    return in;
+}
+
 Result run(const Case& c, Rng& rng) {
     const int64_t nq = c.B * c.Tq * c.Hq * c.D, nk = c.B * c.Tk * c.Hkv * c.D;
     std::vector<double> q = random_normal(rng, (size_t)nq), k = random_normal(rng, (size_t)nk),
@@ -65,46 +130,72 @@ Result run(const Case& c, Rng& rng) {
     HostTensor tl(WKV_DTYPE_F32, {c.B, c.Hq, c.Tq});
     tq.fill(q), tk.fill(k), tv.fill(v);
     to.poison(), tl.poison();
-
-    wkv_attention_problem p{};
-    p.B = c.B, p.Tq = c.Tq, p.Tk = c.Tk, p.Hq = c.Hq, p.Hkv = c.Hkv, p.D = c.D;
-    p.num_seqs = c.q_off.empty() ? c.B : (int64_t)c.q_off.size() - 1;
-    p.q_offsets = c.q_off.empty() ? nullptr : c.q_off.data();
-    p.k_offsets = c.k_off.empty() ? nullptr : c.k_off.data();
-    p.causal = c.causal;
-    p.scale = c.scale != 0.0f ? c.scale : 1.0f / std::sqrt((float)c.D);
-    const int32_t e = elem_code(c.dtype);
-    wkv_cuda::DevView views[5] = {dev(tq, e), dev(tk, e), dev(tv, e), dev(to, e), dev(tl, 0)};
-    views[4].s[0] = c.Hq * c.Tq, views[4].s[1] = 1, views[4].s[2] = c.Tq, views[4].s[3] = 0;  // [b, t, h, 0]
-    if (!c.lse) views[4].data = nullptr;
-    const int D = (int)c.D;
-    const int dpl = D <= 64 ? 2 : D <= 128 ? 4 : 8;
-    const size_t smem = sizeof(float) * ((size_t)16 * D + (size_t)32 * (D + 1) + (size_t)32 * 32 * dpl);
-    std::string error;
-    const int rc = wkv_cuda::attn_plan_launches(&p, views, wkv_cuda::attn::kAttnRows,
-                                                [&](const wkv_cuda::AttnFwdParams& prm, int64_t blocks) {
-        const std::function<void()> body = [&]() {
-            if (dpl == 2) wkv_cuda::attn::attn_fwd_simt<2>(prm);
-            else if (dpl == 4) wkv_cuda::attn::attn_fwd_simt<4>(prm);
-            else wkv_cuda::attn::attn_fwd_simt<8>(prm);
-        };
-        error = wkv_emu::launch((unsigned)blocks, wkv_cuda::attn::kAttnWarps * 32, smem, body, test_seed());
-        return error.empty() ? 0 : 1;
-    });
-    REQUIRE_MESSAGE(rc == 0, error);
+    forward(c, tq, tk, tv, to, c.lse ? &tl : nullptr);
     CHECK(to.gaps_still_nan());
-
     Result r;
     r.o = to.read(), r.lse = tl.read();
-    wkv_ref_attention in{};
-    in.B = c.B, in.Tq = c.Tq, in.Tk = c.Tk, in.Hq = c.Hq, in.Hkv = c.Hkv, in.D = c.D;
-    in.causal = c.causal;
-    in.scale = (double)p.scale;
-    in.q = q.data(), in.k = k.data(), in.v = v.data();
-    if (!c.q_off.empty()) in.num_seqs = p.num_seqs, in.q_offsets = c.q_off.data(), in.k_offsets = c.k_off.data();
+    const wkv_ref_attention in = reference(c, q, k, v);
     r.o_ref.assign((size_t)nq, 0.0), r.lse_ref.assign((size_t)(c.B * c.Hq * c.Tq), 0.0);
     wkv_ref_attention_forward(&in, r.o_ref.data(), r.lse_ref.data());
     return r;
+}
+
+// The emulated backward after the emulated forward, against the float64 reference's
+// gradients; with_dlse: a random gradient of lse too.
+void check_backward(const Case& c, Rng& rng, bool with_dlse = false) {
+    const int64_t nq = c.B * c.Tq * c.Hq * c.D, nk = c.B * c.Tk * c.Hkv * c.D, nl = c.B * c.Hq * c.Tq;
+    std::vector<double> q = random_normal(rng, (size_t)nq), k = random_normal(rng, (size_t)nk),
+                        v = random_normal(rng, (size_t)nk), g = random_normal(rng, (size_t)nq);
+    const std::vector<double> gl = random_normal(rng, (size_t)nl);
+    for (double& x : q) x *= c.logit_scale;
+    q = rounded(c.dtype, q), k = rounded(c.dtype, k), v = rounded(c.dtype, v), g = rounded(c.dtype, g);
+    HostTensor tq = tensor(c, c.Tq, c.Hq), tk = tensor(c, c.Tk, c.Hkv), tv = tensor(c, c.Tk, c.Hkv),
+               to = tensor(c, c.Tq, c.Hq), tg = tensor(c, c.Tq, c.Hq), tdq = tensor(c, c.Tq, c.Hq),
+               tdk = tensor(c, c.Tk, c.Hkv), tdv = tensor(c, c.Tk, c.Hkv);
+    HostTensor tl(WKV_DTYPE_F32, {c.B, c.Hq, c.Tq}), tgl(WKV_DTYPE_F32, {c.B, c.Hq, c.Tq});
+    tq.fill(q), tk.fill(k), tv.fill(v), tg.fill(g), tgl.fill(gl);
+    to.poison(), tl.poison(), tdq.poison(), tdk.poison(), tdv.poison();
+    forward(c, tq, tk, tv, to, &tl);
+
+    const wkv_attention_problem p = problem(c);
+    const int32_t e = elem_code(c.dtype);
+    wkv_cuda::AttnBwdParams prm{};
+    prm.q = dev(tq, e), prm.k = dev(tk, e), prm.v = dev(tv, e), prm.o = dev(to, e), prm.lse = row_view(tl, c);
+    prm.dout = dev(tg, e), prm.dq = dev(tdq, e), prm.dk = dev(tdk, e), prm.dv = dev(tdv, e);
+    if (with_dlse) prm.dlse = row_view(tgl, c);
+    prm.sh = wkv_cuda::attn_shape(&p);
+    const int D = (int)c.D, dpl = dpl_of(c.D);
+    const size_t kv_smem = sizeof(float) * (4 * (size_t)32 * (D + 1) + 2 * (size_t)D);
+    const size_t q_smem = sizeof(float) * (2 * (size_t)16 * D + 2 * (size_t)32 * (D + 1));
+    run_plan(p, wkv_cuda::attn::kBwdKeys, true, p.Hkv, prm, 32, kv_smem,
+             [&](const wkv_cuda::AttnBwdParams& x) { wkv_cuda::attn::attn_bwd_kv_simt(x); });
+    run_plan(p, wkv_cuda::attn::kBwdRows, false, p.Hq, prm, wkv_cuda::attn::kBwdWarps * 32, q_smem,
+             [&](const wkv_cuda::AttnBwdParams& x) {
+                 if (dpl == 2) wkv_cuda::attn::attn_bwd_q_simt<2>(x);
+                 else if (dpl == 4) wkv_cuda::attn::attn_bwd_q_simt<4>(x);
+                 else wkv_cuda::attn::attn_bwd_q_simt<8>(x);
+             });
+    CHECK(tdq.gaps_still_nan());
+    CHECK(tdk.gaps_still_nan());
+    const wkv_ref_attention in = reference(c, q, k, v);
+    std::vector<double> dq((size_t)nq), dk((size_t)nk), dv((size_t)nk);
+    wkv_ref_attention_backward(&in, g.data(), with_dlse ? gl.data() : nullptr, dq.data(), dk.data(), dv.data());
+    // measured (the CPU suite's bounds): f32 ~4e-7, f16 ~2.5e-4, bf16 ~2e-3
+    const double tol = c.dtype.bits == 32 ? 2e-5 : c.dtype.code == WKV_DTYPE_CODE_BFLOAT ? 5e-3 : 1e-3;
+    const std::vector<double> got[3] = {tdq.read(), tdk.read(), tdv.read()};
+    const std::vector<double>* want[3] = {&dq, &dk, &dv};
+    const char* names[3] = {"dq", "dk", "dv"};
+    for (int x = 0; x < 3; ++x) {
+        CAPTURE(names[x]);
+        CHECK(all_finite(got[x]));
+        bool zero_ref = true;
+        for (double y : *want[x]) zero_ref = zero_ref && y == 0.0;
+        if (zero_ref) {  // nothing seen, or a cancellation (one key: ds = 0)
+            for (double y : got[x]) CHECK(std::fabs(y) <= 1e-5);
+            continue;
+        }
+        CHECK_MESSAGE(rel_err(got[x], *want[x]) <= tol, names[x], " rel err ", rel_err(got[x], *want[x]));
+    }
 }
 
 void check(const Case& c, Rng& rng) {
@@ -201,8 +292,7 @@ TEST_CASE("cuda attention (emulated): rows that see no key, no keys, packed sequ
     wkv_attention_problem p{};
     p.B = 1, p.Tq = many.Tq, p.Tk = many.Tk, p.Hq = 1, p.Hkv = 1, p.D = 16;
     p.num_seqs = (int64_t)many.q_off.size() - 1, p.q_offsets = many.q_off.data(), p.k_offsets = many.k_off.data();
-    wkv_cuda::DevView none[5] = {};
-    wkv_cuda::attn_plan_launches(&p, none, 16, [&](const wkv_cuda::AttnFwdParams&, int64_t) { return ++launches, 0; });
+    wkv_cuda::attn_plan_launches(&p, 16, false, 1, [&](const wkv_cuda::AttnSeqs&, int64_t) { return ++launches, 0; });
     CHECK(launches == 2);
     check(many, rng);
 }
@@ -249,5 +339,53 @@ TEST_CASE("cuda emulator: a missing barrier and divergent barriers are caught") 
         float want = 0.0f;
         for (unsigned u = t / 16 * 16; u < t / 16 * 16 + 16; ++u) want += (float)u;
         CHECK(sums[t] == want);
+    }
+}
+
+TEST_CASE("cuda attention backward (emulated): every dtype, mask and head dim, grouped heads, odd T") {
+    Rng rng(test_seed());
+    for (const wkv_dtype dt : {WKV_DTYPE_F32, WKV_DTYPE_F16, WKV_DTYPE_BF16})
+        for (const bool causal : {false, true})
+            for (const int64_t D : {16, 40, 64, 96, 128, 256}) {
+                Case c;
+                c.dtype = dt, c.causal = causal, c.D = D;
+                c.B = 2, c.Tq = 21, c.Tk = 37, c.Hq = 2, c.Hkv = 1;  // tails of the row and key tiles
+                CAPTURE(D);
+                CAPTURE(causal);
+                CAPTURE(dtype_name(dt));
+                check_backward(c, rng, D == 64);
+            }
+}
+
+TEST_CASE("cuda attention backward (emulated): shapes, strides, scale, dlse, no rows or keys, packed") {
+    Rng rng(test_seed());
+    for (const bool causal : {false, true}) {
+        CAPTURE(causal);
+        Case c;
+        c.causal = causal;
+        c.Tq = 7, c.Tk = 70, c.Hq = 6, c.Hkv = 1;  // Tq < Tk, multi-query: dk, dv sum over 6 heads
+        check_backward(c, rng);
+        c.Tq = 1, c.Tk = 1;  // one token: dk = 0 by cancellation
+        check_backward(c, rng);
+        c.Tq = 1, c.Tk = 100;  // a decode step
+        check_backward(c, rng, true);
+        c.Tq = 40, c.Tk = 9;  // Tq > Tk: causal rows before the first key see nothing (dq = 0)
+        check_backward(c, rng);
+        c.Tq = 33, c.Tk = 33, c.strided = true, c.scale = 0.3f, c.dtype = WKV_DTYPE_BF16;  // strides
+        check_backward(c, rng, true);
+        c.strided = false, c.scale = 0.0f, c.logit_scale = 30.0, c.dtype = WKV_DTYPE_F32;  // logits ~100
+        check_backward(c, rng);
+        c.logit_scale = 1.0, c.Tq = 0, c.Tk = 6;  // no rows: dk = dv = 0
+        check_backward(c, rng);
+        c.Tq = 6, c.Tk = 0;  // no keys: dq = 0
+        check_backward(c, rng);
+    }
+    for (const bool causal : {false, true}) {
+        CAPTURE(causal);
+        Case p;
+        p.causal = causal, p.Hq = 4, p.Hkv = 2, p.D = 32;
+        p.q_off = {0, 5, 5, 25, 26, 60, 60}, p.k_off = {0, 9, 12, 30, 30, 70, 75};  // empty, one-token, keys no row sees
+        p.Tq = 60, p.Tk = 75;
+        check_backward(p, rng, true);
     }
 }
