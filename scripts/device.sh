@@ -167,7 +167,7 @@ if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
   for D in 64 128; do for T in 1024 4096; do for c in "" --causal; do
     # shellcheck disable=SC2086
     WKV_CUDA_ATTENTION=1 "$bench" perf --op attention --backend cuda --B 4 --T "$T" --H 32 --D "$D" $c --dtype bf16 \
-      --repeat 10 --json >>"$perf" 2>>"$out/golden_bench.log" || note "cuda attention D=$D T=$T $c failed (golden_bench.log)"
+      --config all --repeat 10 --json >>"$perf" 2>>"$out/golden_bench.log" || note "cuda attention D=$D T=$T $c failed (golden_bench.log)"
   done; done; done
   # its backward, the CPU table's training shapes (bf16 and f32)
   for dt in bf16 f32; do

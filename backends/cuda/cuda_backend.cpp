@@ -966,43 +966,79 @@ wkv_status cuda_synchronize(void* state, wkv_message* msg) {
 
 /* ------------------------------------------------------------------------------ attention */
 
-constexpr const char* kAttnConfigName = "cuda.simt.q16.kv32";
+/* The forward's configurations (wkv_attention_configs). Unpinned, a call takes the first whose
+ * dtype and head dim match (elem -1 / D 0: any): the tensor-core kernel for f16/bf16 at
+ * D = 64 and 128, the SIMT kernel otherwise. */
+struct CudaAttnConfig {
+    const char* name;
+    int kernel;   /* kAttnSimt, kAttnMma */
+    int elem;     /* wkv_elem, or -1: any */
+    int D;        /* 0: any up to kAttnMaxD */
+    int block_q, block_kv, warps;
+};
+constexpr CudaAttnConfig kAttnConfigs[] = {
+    {"cuda.mma.f16.d64.q64.kv64", kAttnMma, WKV_ELEM_F16, 64, 64, 64, 4},
+    {"cuda.mma.bf16.d64.q64.kv64", kAttnMma, WKV_ELEM_BF16, 64, 64, 64, 4},
+    {"cuda.mma.f16.d128.q64.kv64", kAttnMma, WKV_ELEM_F16, 128, 64, 64, 4},
+    {"cuda.mma.bf16.d128.q64.kv64", kAttnMma, WKV_ELEM_BF16, 128, 64, 64, 4},
+    {"cuda.simt.q16.kv32", kAttnSimt, -1, 0, 16, 32, 4},
+};
+constexpr int kNumAttnConfigs = (int)(sizeof kAttnConfigs / sizeof kAttnConfigs[0]);
+
+bool attn_config_takes(const CudaAttnConfig& c, const wkv_attention_problem* p) {
+    return (c.elem < 0 || c.elem == (int)p->q.elem) && (c.D == 0 ? p->D <= kAttnMaxD : p->D == c.D);
+}
 
 int32_t cuda_attention_configs(void* state, wkv_attention_config* out, int32_t capacity) {
     const CudaState* st = static_cast<const CudaState*>(state);
-    if (capacity >= 1) {
-        wkv_attention_config& c = out[0];
-        std::snprintf(c.name, sizeof c.name, "%s", kAttnConfigName);
-        c.max_head_dim = kAttnMaxD;
-        c.block_q = attn_rows_per_tile();
-        c.block_kv = 32;
-        c.warps = 4;
-        c.shared_bytes = (uint64_t)attn_smem_bytes(kAttnMaxD);
-        c.fits = st->attn_ready && st->attn_enabled ? 1 : 0;
-        c.is_default = 1;
+    for (int32_t i = 0; i < capacity && i < kNumAttnConfigs; ++i) {
+        const CudaAttnConfig& k = kAttnConfigs[i];
+        wkv_attention_config& c = out[i];
+        std::snprintf(c.name, sizeof c.name, "%s", k.name);
+        c.dtype = k.elem == WKV_ELEM_F16 ? WKV_DTYPE_F16 : k.elem == WKV_ELEM_BF16 ? WKV_DTYPE_BF16 : wkv_dtype{0, 0, 0};
+        c.head_dim = k.D;
+        c.max_head_dim = k.D ? k.D : kAttnMaxD;
+        c.block_q = k.block_q;
+        c.block_kv = k.block_kv;
+        c.warps = k.warps;
+        c.shared_bytes = (uint64_t)(k.kernel == kAttnMma ? attn_mma_smem_bytes(k.D) : attn_smem_bytes(kAttnMaxD));
+        c.fits = st->attn_enabled && (k.kernel == kAttnMma || st->attn_ready) ? 1 : 0;
+        c.is_default = 1; /* each is what an unpinned call of its dtype and head dim takes */
     }
-    return 1;
+    return kNumAttnConfigs;
 }
 
 wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_message* msg) {
     CudaState* st = static_cast<CudaState*>(state);
     if (st->lost) return context_lost(msg);
     if (!st->attn_enabled) {
-        set_message(msg, "softmax attention: the CUDA kernel (%s) has not yet been validated on a GPU; "
-                         "set WKV_CUDA_ATTENTION=1 before creating the context to run it anyway, or use "
-                         "the CPU or Vulkan backend", kAttnConfigName);
+        set_message(msg, "softmax attention: the CUDA kernels have not yet been validated on a GPU; "
+                         "set WKV_CUDA_ATTENTION=1 before creating the context to run them anyway, or use "
+                         "the CPU or Vulkan backend");
         return WKV_ERROR_UNSUPPORTED;
     }
     if (p->D > kAttnMaxD) {
         set_message(msg, "attention head dim D = %lld: this backend takes D <= %d", (long long)p->D, (int)kAttnMaxD);
         return WKV_ERROR_UNSUPPORTED;
     }
-    if (!st->attn_ready) {
+    const CudaAttnConfig* cfg = nullptr;
+    for (const CudaAttnConfig& c : kAttnConfigs)
+        if (p->config ? std::strcmp(c.name, p->config) == 0 : attn_config_takes(c, p)) {
+            cfg = &c;
+            break;
+        }
+    if (!cfg || !attn_config_takes(*cfg, p)) { /* the core checked a pinned name is listed */
+        set_message(msg, "attention configuration %s is built for %s at D = %d, not this call's %s at D = %lld",
+                    cfg ? cfg->name : "(none)", cfg && cfg->elem == WKV_ELEM_BF16 ? "bf16" : "f16", cfg ? cfg->D : 0,
+                    p->q.elem == WKV_ELEM_F32 ? "f32" : p->q.elem == WKV_ELEM_F16 ? "f16" : "bf16", (long long)p->D);
+        return WKV_ERROR_UNSUPPORTED;
+    }
+    if (cfg->kernel == kAttnSimt && !st->attn_ready) {
         set_message(msg, "attention: this device cannot give the kernel %zu bytes of shared memory",
                     attn_smem_bytes(kAttnMaxD));
         return WKV_ERROR_UNSUPPORTED;
     }
-    const int64_t rows = attn_rows_per_tile();
+    const int64_t rows = attn_rows_per_tile(cfg->kernel);
     const int64_t max_tiles = attn_max_tiles(p, rows, false);
     if (max_tiles == 0 || p->Hq == 0) return WKV_OK; /* no query rows */
     if (max_tiles * p->Hq > 0x7fffffff) {
@@ -1030,7 +1066,7 @@ wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_messa
     prm.sh = attn_shape(p);
     const int e = attn_plan_launches(p, rows, false, p->Hq, [&](const AttnSeqs& seq, int64_t blocks) {
         prm.seq = seq;
-        return attn_launch_forward(prm, blocks, st->stream);
+        return attn_launch_forward(cfg->kernel, prm, blocks, st->stream);
     });
     if (e != 0) return cuda_fail(st, (cudaError_t)e, msg, "attention launch");
     return stage_out(st, &pl, &drain, msg);

@@ -269,15 +269,19 @@ struct AttnBwdParams {
     AttnSeqs seq;
 };
 
-/* Query rows per block of the forward. */
-int attn_rows_per_tile();
-/* Dynamic shared memory of the forward at head dim D (<= kAttnMaxD). */
+/* The forward's kernels: the SIMT one (every dtype, D <= kAttnMaxD) and the tensor-core one
+ * (f16/bf16, D = 64 or 128). */
+enum { kAttnSimt = 0, kAttnMma = 1 };
+/* Query rows per block of a forward kernel. */
+int attn_rows_per_tile(int kernel);
+/* Dynamic shared memory of the SIMT forward at head dim D (<= kAttnMaxD), of the mma one. */
 size_t attn_smem_bytes(int D);
-/* Raises the forward's shared-memory limit to what D = kAttnMaxD needs, when the device's
+size_t attn_mma_smem_bytes(int D);
+/* Raises the SIMT forward's shared-memory limit to what D = kAttnMaxD needs, when the device's
  * opt-in limit max_smem allows it (once per device). cudaError_t as int. */
 int attn_prepare(size_t max_smem);
-/* Enqueues the forward: `blocks` = the launch's tiles * Hq. cudaError_t as int. */
-int attn_launch_forward(const AttnFwdParams& p, int64_t blocks, void* stream);
+/* Enqueues a forward kernel: `blocks` = the launch's tiles * Hq. cudaError_t as int. */
+int attn_launch_forward(int kernel, const AttnFwdParams& p, int64_t blocks, void* stream);
 
 /* The backward: keys per dk/dv tile and rows per dq tile; the largest D whose kernels fit
  * max_smem bytes of shared memory per block, their limits raised (0: none fits, or an error). */

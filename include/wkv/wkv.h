@@ -540,7 +540,8 @@ typedef struct wkv_attention_config {
     int32_t softmax;     /* 0: online softmax in float32 */
     uint64_t shared_bytes; /* on-chip memory per block (CPU: the tile's scratch per thread) */
     int32_t fits;        /* 1 when this device can run it */
-    int32_t is_default;  /* 1 for the one the backend picks when none is pinned */
+    int32_t is_default;  /* 1 where the backend picks it when none is pinned: for any call, or
+                          * (dtype / head_dim set) for the calls of that dtype and head dim */
 } wkv_attention_config;
 
 /* Lists the configurations of ctx's backend: writes min(capacity, total) of them into out

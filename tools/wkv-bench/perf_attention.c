@@ -21,7 +21,8 @@ static void attn_usage(FILE* f) {
             "after W, each call followed by wkv_context_synchronize. Host tensors on the CPU; on a GPU\n"
             "backend every tensor lives in a library buffer (wkv_buffer_*, no staging). TFLOP/s counts 4 B HQ T TK D for the forward, 10 B HQ T TK D (its five products)\n"
             "for the backward, halved when causal and T = TK.\n"
-            "  --config NAME  pin one forward configuration (wkv_attention_configs); `all`: each in turn\n"
+            "  --config NAME  pin one forward configuration (wkv_attention_configs); `all`: each one built\n"
+            "                 for this dtype and D that fits the device, in turn\n"
             "  --pass P       forward (default), backward (after one forward that writes lse), or both\n"
             "  --json         one JSON object per measurement and line: kind \"perf\", op \"attention\",\n"
             "                 pass, backend, device, dtype, B, T, Tk, H, kv_heads, D, causal, config,\n"
@@ -116,8 +117,14 @@ int bench_perf_attention(int argc, char** argv) {
     const char* names[MAX_CFG + 1];
     int nnames = 0;
     if (!config) names[nnames++] = NULL; /* the backend's choice */
-    else if (!strcmp(config, "all"))
-        for (int k = 0; k < ncfg; k++) names[nnames++] = cfg[k].name;
+    else if (!strcmp(config, "all")) /* each one built for this dtype and D that fits the device */
+        for (int k = 0; k < ncfg; k++) {
+            const wkv_attention_config* c = &cfg[k];
+            if ((c->dtype.bits && (c->dtype.code != dt.code || c->dtype.bits != dt.bits)) ||
+                (c->head_dim && c->head_dim != D) || !c->fits)
+                continue;
+            names[nnames++] = c->name;
+        }
     else names[nnames++] = config;
 
     const size_t es = dt.bits / 8;

@@ -32,18 +32,26 @@ struct AttnContext : AttentionOn, CudaContext {};
 
 }  // namespace
 
+namespace {
+
+std::vector<wkv_attention_config> configs(wkv_context* ctx) {
+    int32_t n = 0;
+    REQUIRE(wkv_attention_configs(ctx, nullptr, 0, &n) == WKV_OK);
+    std::vector<wkv_attention_config> cfg((size_t)n);
+    for (auto& c : cfg) c.struct_size = sizeof c;
+    REQUIRE(wkv_attention_configs(ctx, cfg.data(), n, &n) == WKV_OK);
+    return cfg;
+}
+
+}  // namespace
+
 TEST_CASE("cuda attention: refused unless WKV_CUDA_ATTENTION=1, listed with fits = 0 then") {
     CUDA_TEST_OR_SKIP();
     unsetenv("WKV_CUDA_ATTENTION");
     CudaContext c;
-    int32_t n = 0;
-    REQUIRE(wkv_attention_configs(c.ctx, nullptr, 0, &n) == WKV_OK);
-    REQUIRE(n == 1);
-    wkv_attention_config cfg{};
-    cfg.struct_size = sizeof cfg;
-    REQUIRE(wkv_attention_configs(c.ctx, &cfg, 1, &n) == WKV_OK);
-    CHECK(std::string(cfg.name) == "cuda.simt.q16.kv32");
-    CHECK(cfg.fits == 0);
+    const auto cfg = configs(c.ctx);
+    REQUIRE(cfg.size() == 5);
+    for (const auto& x : cfg) CHECK(x.fits == 0);
     Rng rng(test_seed());
     AttnCase a;
     const AttnRun r = run(c.ctx, a, rng);
@@ -51,22 +59,61 @@ TEST_CASE("cuda attention: refused unless WKV_CUDA_ATTENTION=1, listed with fits
     CHECK(r.message.find("WKV_CUDA_ATTENTION=1") != std::string::npos);
 }
 
-TEST_CASE("cuda attention: the configuration listed, the default, fits this device") {
+TEST_CASE("cuda attention: the configurations listed, each the default of its dtype and head dim, all fit") {
     CUDA_TEST_OR_SKIP();
     AttnContext c;
-    int32_t n = 0;
-    REQUIRE(wkv_attention_configs(c.ctx, nullptr, 0, &n) == WKV_OK);
-    REQUIRE(n == 1);
-    wkv_attention_config cfg{};
-    cfg.struct_size = sizeof cfg;
-    REQUIRE(wkv_attention_configs(c.ctx, &cfg, 1, &n) == WKV_OK);
-    CHECK(cfg.block_q == 16);
-    CHECK(cfg.block_kv == 32);
-    CHECK(cfg.warps == 4);
-    CHECK(cfg.max_head_dim == 256);
-    CHECK(cfg.shared_bytes > 48 * 1024);  // D = 256 needs the opt-in limit
-    CHECK(cfg.is_default == 1);
-    CHECK(cfg.fits == 1);  // every sm_80+ device opts in to >= 99 KB
+    const auto cfg = configs(c.ctx);
+    REQUIRE(cfg.size() == 5);
+    for (const auto& x : cfg) {
+        const std::string name = x.name;
+        CAPTURE(name);
+        CHECK(x.is_default == 1);
+        CHECK(x.fits == 1);  // every sm_80+ device opts in to >= 99 KB
+        CHECK(x.warps == 4);
+        if (name == "cuda.simt.q16.kv32") {
+            CHECK(x.block_q == 16);
+            CHECK(x.block_kv == 32);
+            CHECK(x.max_head_dim == 256);
+            CHECK(x.head_dim == 0);
+            CHECK(x.dtype.bits == 0);
+            CHECK(x.shared_bytes > 48 * 1024);  // D = 256 needs the opt-in limit
+        } else {
+            CHECK(name.rfind("cuda.mma.", 0) == 0);
+            CHECK(x.block_q == 64);
+            CHECK(x.block_kv == 64);
+            CHECK((x.head_dim == 64 || x.head_dim == 128));
+            CHECK(x.dtype.bits == 16);
+            CHECK(x.shared_bytes <= 48 * 1024);
+        }
+    }
+}
+
+TEST_CASE("cuda attention: each configuration pinned; a pinned one for another dtype or D is refused") {
+    CUDA_TEST_OR_SKIP();
+    AttnContext c;
+    Rng rng(test_seed());
+    for (const auto& x : configs(c.ctx)) {
+        const std::string name = x.name;
+        CAPTURE(name);
+        for (const bool causal : {false, true}) {
+            AttnCase a;
+            a.config = x.name, a.causal = causal;
+            a.dtype = x.dtype.bits ? x.dtype : WKV_DTYPE_BF16;
+            a.D = x.head_dim ? x.head_dim : 64;
+            a.B = 2, a.Tq = 130, a.Tk = 150, a.Hq = 4, a.Hkv = 2;
+            check_run(c.ctx, a, rng);
+            a.Tq = 1, a.Tk = 200;  // decode
+            check_run(c.ctx, a, rng);
+        }
+    }
+    AttnCase a;
+    a.config = "cuda.mma.bf16.d64.q64.kv64", a.dtype = WKV_DTYPE_F16, a.D = 64;
+    AttnRun r = run(c.ctx, a, rng);
+    CHECK(r.status == WKV_ERROR_UNSUPPORTED);
+    CHECK(r.message.find("built for bf16 at D = 64") != std::string::npos);
+    a.dtype = WKV_DTYPE_BF16, a.D = 128;
+    r = run(c.ctx, a, rng);
+    CHECK(r.status == WKV_ERROR_UNSUPPORTED);
 }
 
 TEST_CASE("cuda attention: against the float64 reference, every dtype, mask, grouping and head dim") {
@@ -96,7 +143,7 @@ TEST_CASE("cuda attention: shapes, strides, scales, large logits; host memory an
             CAPTURE(buffers);
             CAPTURE(causal);
             AttnCase a;
-            a.config = "cuda.simt.q16.kv32", a.buffers = buffers, a.causal = causal;
+            a.buffers = buffers, a.causal = causal;
             a.Tq = 7, a.Tk = 100, a.Hq = 6, a.Hkv = 1;  // Tq < Tk, multi-query
             check_run(c.ctx, a, rng);
             a.Tq = 1, a.Tk = 1;  // one token

@@ -28,7 +28,7 @@ struct Block {
     std::vector<Fiber> fibers;
     std::vector<uint64_t> gen;      // per scope: barriers completed
     std::vector<unsigned> arrived;  // per scope: threads at the current barrier
-    std::vector<uint64_t> slots;    // two banks of a shuffle slot per thread
+    std::vector<uint64_t> slots;    // two banks of a 64-byte exchange slot per thread
     std::vector<unsigned char> smem;
     ucontext_t scheduler;
     unsigned current = 0;
@@ -90,11 +90,53 @@ void sync_block() { barrier((int)g_block->warps); }
 void sync_warp() { barrier((int)(g_block->tid.x / 32)); }
 void* shuffle_slot(unsigned lane) {
     Block& b = *g_block;
-    return &b.slots[(size_t)b.fibers[b.current].bank * b.warps * 32 + b.tid.x / 32 * 32 + lane];
+    return &b.slots[((size_t)b.fibers[b.current].bank * b.warps * 32 + b.tid.x / 32 * 32 + lane) * 8];
 }
 void shuffle_done() {
     Fiber& f = g_block->fibers[g_block->current];
     f.bank ^= 1u;
+}
+
+namespace {
+
+float from16(uint16_t x, bool bf16) {
+    if (!bf16) return wkv_cuda::elem::half_to_float(x);
+    const uint32_t u = (uint32_t)x << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+}  // namespace
+
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16) {
+    const unsigned lane = thread_idx().x % 32;
+    uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    std::memcpy(shuffle_slot(lane), mine, sizeof mine);
+    sync_warp();
+    float A[16][16], B[16][8];
+    for (unsigned l = 0; l < 32; ++l) {
+        uint32_t r[6];
+        std::memcpy(r, shuffle_slot(l), sizeof r);
+        const unsigned g = l / 4, t = l % 4;
+        for (unsigned i = 0; i < 8; ++i) { /* a_i: register i / 2, half i % 2 */
+            const uint16_t x = (uint16_t)(r[i / 2] >> (16 * (i % 2)));
+            const unsigned row = g + ((i / 2) % 2) * 8, col = 2 * t + (i % 2) + (i / 4) * 8;
+            A[row][col] = from16(x, bf16);
+        }
+        for (unsigned i = 0; i < 4; ++i) { /* b_i */
+            const uint16_t x = (uint16_t)(r[4 + i / 2] >> (16 * (i % 2)));
+            B[2 * t + (i % 2) + (i / 2) * 8][g] = from16(x, bf16);
+        }
+    }
+    const unsigned g = lane / 4, t = lane % 4;
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned row = g + (i / 2) * 8, col = 2 * t + (i % 2);
+        float acc = d[i];
+        for (unsigned k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+        d[i] = acc;
+    }
+    shuffle_done();
 }
 
 std::string launch(unsigned grid, unsigned threads, size_t smem, const std::function<void()>& kernel, uint64_t seed) {
@@ -103,7 +145,7 @@ std::string launch(unsigned grid, unsigned threads, size_t smem, const std::func
     b.warps = (threads + 31) / 32;
     b.fibers.resize(threads);
     for (Fiber& f : b.fibers) f.stack.reset(new char[kStackBytes]);
-    b.slots.assign(2 * b.warps * 32, 0);
+    b.slots.assign(2 * b.warps * 32 * 8, 0);
     b.kernel = &kernel;
     b.dim.x = threads;
     std::mt19937_64 rng(seed);

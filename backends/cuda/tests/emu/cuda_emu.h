@@ -10,8 +10,9 @@
 // A pass in which no thread can move is a deadlock (divergent barriers): launch() reports it.
 // Shared memory starts as NaN bytes, so a read of an element never written shows.
 //
-// Not emulated: timing, memory ordering beyond barriers, atomics, cp.async, tensor cores, the
-// PTX asm of cuda_elem.cuh (elem:: below does the same conversions on the host).
+// Not emulated: timing, memory ordering beyond barriers, atomics, cp.async, ldmatrix, the
+// PTX asm of cuda_elem.cuh (elem:: below does the same conversions on the host); of tensor
+// cores, the one mma shape the kernels use (mma_m16n8k16, from the PTX ISA's fragment layouts).
 #ifndef WKV_CUDA_EMU_H
 #define WKV_CUDA_EMU_H
 
@@ -50,7 +51,7 @@ void sync_warp();
 // the step to its next shuffle. Two banks, alternating: a lane may write the next shuffle's
 // value while slower lanes still read this one's, and cannot reach the one after before every
 // lane has passed the next one's barrier — so one barrier per shuffle is enough.
-void* shuffle_slot(unsigned lane);
+void* shuffle_slot(unsigned lane); // 64 bytes
 void shuffle_done();
 
 template <class T>
@@ -63,6 +64,12 @@ T shfl(T v, unsigned src_lane) {
     shuffle_done();
     return r;
 }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16} of the running thread's warp, as the PTX ISA
+// lays the fragments out (attention_mma_kernel.cuh repeats the layouts): each lane's A (4
+// registers of two 16-bit values), B (2) and its 4 accumulators d, which get d += A B in
+// float32, the products summed in k order.
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf16);
 
 // Runs kernel() for every block of a 1-D grid of `threads` threads per block with `smem` bytes
 // of dynamic shared memory. Returns "" or what went wrong (a deadlock).

@@ -14,6 +14,7 @@
 
 #include "attention_bwd_kernel.cuh"
 #include "attention_kernel.cuh"
+#include "attention_mma_kernel.cuh"
 #include "attention_plan.h"
 
 #include <cmath>
@@ -31,6 +32,7 @@ namespace {
 struct Case {
     int64_t B = 1, Tq = 5, Tk = 5, Hq = 2, Hkv = 2, D = 16;
     bool causal = false, strided = false, lse = true;
+    int kernel = wkv_cuda::kAttnSimt;  // the forward kernel
     float scale = 0.0f;
     double logit_scale = 1.0;
     std::vector<int64_t> q_off, k_off;
@@ -97,6 +99,18 @@ void forward(const Case& c, HostTensor& tq, HostTensor& tk, HostTensor& tv, Host
     prm.q = dev(tq, e), prm.k = dev(tk, e), prm.v = dev(tv, e), prm.o = dev(to, e);
     if (lse_out) prm.lse = row_view(*lse_out, c);
     prm.sh = wkv_cuda::attn_shape(&p);
+    if (c.kernel == wkv_cuda::kAttnMma) {
+        const size_t smem = 2 * sizeof(uint16_t) * 64 * (size_t)(c.D + wkv_cuda::attn::kMmaPad);
+        const bool bf16 = e == 2;
+        run_plan(p, wkv_cuda::attn::kMmaRows, false, p.Hq, prm, wkv_cuda::attn::kMmaWarps * 32, smem,
+                 [&](const wkv_cuda::AttnFwdParams& x) {
+                     if (c.D == 64 && bf16) wkv_cuda::attn::attn_fwd_mma<64, true>(x);
+                     else if (c.D == 64) wkv_cuda::attn::attn_fwd_mma<64, false>(x);
+                     else if (bf16) wkv_cuda::attn::attn_fwd_mma<128, true>(x);
+                     else wkv_cuda::attn::attn_fwd_mma<128, false>(x);
+                 });
+        return;
+    }
     const int D = (int)c.D, dpl = dpl_of(c.D);
     const size_t smem = sizeof(float) * ((size_t)16 * D + (size_t)32 * (D + 1) + (size_t)32 * 32 * dpl);
     run_plan(p, wkv_cuda::attn::kAttnRows, false, p.Hq, prm, wkv_cuda::attn::kAttnWarps * 32, smem,
@@ -200,6 +214,7 @@ void check_backward(const Case& c, Rng& rng, bool with_dlse = false) {
 
 void check(const Case& c, Rng& rng) {
     const Result r = run(c, rng);
+    // 16-bit I/O: 2e-3 (the mma kernel also rounds p to 16 bits for P V: measured below)
     const double tol = c.dtype.bits == 32 ? 1e-5 : 2e-3;
     CHECK(all_finite(r.o));
     CHECK_MESSAGE(rel_err(r.o, r.o_ref) <= tol, "o rel err ", rel_err(r.o, r.o_ref));
@@ -387,5 +402,44 @@ TEST_CASE("cuda attention backward (emulated): shapes, strides, scale, dlse, no 
         p.q_off = {0, 5, 5, 25, 26, 60, 60}, p.k_off = {0, 9, 12, 30, 30, 70, 75};  // empty, one-token, keys no row sees
         p.Tq = 60, p.Tk = 75;
         check_backward(p, rng, true);
+    }
+}
+
+TEST_CASE("cuda attention mma (emulated): f16/bf16, D 64/128, masks, grouped heads, tails, packed") {
+    Rng rng(test_seed());
+    for (const wkv_dtype dt : {WKV_DTYPE_F16, WKV_DTYPE_BF16})
+        for (const bool causal : {false, true})
+            for (const int64_t D : {64, 128}) {
+                Case c;
+                c.kernel = wkv_cuda::kAttnMma;
+                c.dtype = dt, c.causal = causal, c.D = D;
+                c.B = 2, c.Tq = 70, c.Tk = 83, c.Hq = 2, c.Hkv = 1;  // a full and a partial row tile, 2 key blocks
+                CAPTURE(D);
+                CAPTURE(causal);
+                CAPTURE(dtype_name(dt));
+                check(c, rng);
+            }
+    for (const bool causal : {false, true}) {
+        CAPTURE(causal);
+        Case c;
+        c.kernel = wkv_cuda::kAttnMma, c.dtype = WKV_DTYPE_BF16, c.D = 64, c.causal = causal;
+        c.Tq = 1, c.Tk = 130;  // a decode step: one row of the 64
+        check(c, rng);
+        c.Tq = 100, c.Tk = 9, c.Hq = 3, c.Hkv = 3;  // Tq > Tk: rows that see no key
+        check(c, rng);
+        c.Tq = 65, c.Tk = 65, c.strided = true, c.scale = 0.3f, c.dtype = WKV_DTYPE_F16;  // strides
+        check(c, rng);
+        c.strided = false, c.scale = 0.0f, c.logit_scale = 30.0;  // logits ~100: the rescale
+        check(c, rng);
+        c.logit_scale = 1.0, c.lse = false;
+        check(c, rng);
+        c.lse = true, c.Tk = 0;  // no keys
+        const Result r = run(c, rng);
+        for (double x : r.o) CHECK(x == 0.0);
+        Case p;
+        p.kernel = wkv_cuda::kAttnMma, p.dtype = WKV_DTYPE_BF16, p.D = 64, p.causal = causal, p.Hq = 4, p.Hkv = 2;
+        p.q_off = {0, 5, 5, 85, 86, 160}, p.k_off = {0, 9, 12, 100, 100, 170};
+        p.Tq = 160, p.Tk = 170;
+        check(p, rng);
     }
 }
