@@ -68,6 +68,16 @@ __device__ __forceinline__ uint16_t to16(float x) {
     return (uint16_t)(pack2<BF16>(x, 0.0f) & 0xFFFFu);
 }
 
+/* 16 bytes from global src (16-byte aligned; NULL: zeros) to shared dst (16-byte aligned). */
+__device__ __forceinline__ void copy16(uint16_t* dst, const char* src) {
+#ifdef WKV_CUDA_EMULATION
+    if (src) std::memcpy(dst, src, 16);
+    else std::memset(dst, 0, 16);
+#else
+    *reinterpret_cast<uint4*>(dst) = src ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
 /* d += A B for one m16n8k16 tile (the layouts above). */
 template <bool BF16>
 __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -139,11 +149,20 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attn_fwd_mma(const AttnFwdPara
 
     for (int64_t j0 = k0; j0 < kend; j0 += kMmaKeys) {
         __syncthreads(); /* the previous block's reads are done */
-        for (int i = tid; i < kMmaKeys * D; i += blockDim.x) {
-            const int j = i / D, d = i % D;
-            const bool in = j0 + j < kend;
-            k_s[j * S + d] = to16<BF16>(in ? elem::load(p.k, offset(p.k, b, j0 + j, kvh, d)) : 0.0f);
-            v_s[j * S + d] = to16<BF16>(in ? elem::load(p.v, offset(p.v, b, j0 + j, kvh, d)) : 0.0f);
+        if (sh.kv_vec16) { /* 16 bytes a load: 8 elements of a row (rows of S = D + 8: aligned) */
+            for (int i = tid; i < kMmaKeys * (D / 8); i += blockDim.x) {
+                const int j = i / (D / 8), d = 8 * (i % (D / 8));
+                const bool in = j0 + j < kend;
+                copy16(k_s + j * S + d, in ? p.k.data + 2 * offset(p.k, b, j0 + j, kvh, d) : nullptr);
+                copy16(v_s + j * S + d, in ? p.v.data + 2 * offset(p.v, b, j0 + j, kvh, d) : nullptr);
+            }
+        } else {
+            for (int i = tid; i < kMmaKeys * D; i += blockDim.x) {
+                const int j = i / D, d = i % D;
+                const bool in = j0 + j < kend;
+                k_s[j * S + d] = to16<BF16>(in ? elem::load(p.k, offset(p.k, b, j0 + j, kvh, d)) : 0.0f);
+                v_s[j * S + d] = to16<BF16>(in ? elem::load(p.v, offset(p.v, b, j0 + j, kvh, d)) : 0.0f);
+            }
         }
         __syncthreads();
 

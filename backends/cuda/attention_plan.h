@@ -5,6 +5,7 @@
 #ifndef WKV_BACKENDS_CUDA_ATTENTION_PLAN_H
 #define WKV_BACKENDS_CUDA_ATTENTION_PLAN_H
 
+#include <cstdint>
 #include <cstring>
 
 #include "backend.h"
@@ -37,6 +38,16 @@ inline AttnShape attn_shape(const wkv_attention_problem* p) {
     sh.causal = p->causal ? 1 : 0;
     sh.scale = p->scale;
     return sh;
+}
+
+/* AttnShape::kv_vec16 for k and v placed at `k`, `v`. */
+inline int32_t attn_kv_vec16(const wkv_attention_problem* p, const DevView& k, const DevView& v) {
+    for (const DevView* x : {&k, &v}) {
+        if (x->elem == 0 || x->s[3] != 1 || reinterpret_cast<uintptr_t>(x->data) % 16) return 0;
+        for (int a = 0; a < 3; ++a)
+            if (x->s[a] % 8) return 0;
+    }
+    return p->D % 8 == 0 ? 1 : 0;
 }
 
 /* Calls launch(seq, blocks) for each launch of p's sequences cut in tiles of `unit` rows or

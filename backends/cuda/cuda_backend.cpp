@@ -1064,6 +1064,7 @@ wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_messa
     std::memset(&prm, 0, sizeof prm);
     prm.q = pl.v[0], prm.k = pl.v[1], prm.v = pl.v[2], prm.o = pl.v[3], prm.lse = pl.v[4];
     prm.sh = attn_shape(p);
+    prm.sh.kv_vec16 = attn_kv_vec16(p, prm.k, prm.v);
     const int e = attn_plan_launches(p, rows, false, p->Hq, [&](const AttnSeqs& seq, int64_t blocks) {
         prm.seq = seq;
         return attn_launch_forward(cfg->kernel, prm, blocks, st->stream);

@@ -251,7 +251,9 @@ struct AttnShape {
     int64_t Tq, Tk, Hq, Hkv;
     int32_t D, causal;
     float scale;
-    int32_t pad_;
+    /* 1: k and v rows are 16-bit, contiguous along D and 16-byte aligned (every base, and every
+     * stride a multiple of 8 elements): the tensor-core kernel stages them 8 elements a load */
+    int32_t kv_vec16;
 };
 
 struct AttnFwdParams {

@@ -76,6 +76,8 @@ wkv_cuda::DevView row_view(HostTensor& t, const Case& c) {
     return v;
 }
 
+int g_mma_staging[2];  // mma forward calls that staged K/V element by element, 16 bytes at a time
+
 int dpl_of(int64_t D) { return D <= 64 ? 2 : D <= 128 ? 4 : 8; }
 
 // Runs one kernel over the plan's launches; REQUIREs that none deadlocked.
@@ -100,6 +102,8 @@ void forward(const Case& c, HostTensor& tq, HostTensor& tk, HostTensor& tv, Host
     if (lse_out) prm.lse = row_view(*lse_out, c);
     prm.sh = wkv_cuda::attn_shape(&p);
     if (c.kernel == wkv_cuda::kAttnMma) {
+        prm.sh.kv_vec16 = wkv_cuda::attn_kv_vec16(&p, prm.k, prm.v);
+        ++g_mma_staging[prm.sh.kv_vec16];
         const size_t smem = 2 * sizeof(uint16_t) * 64 * (size_t)(c.D + wkv_cuda::attn::kMmaPad);
         const bool bf16 = e == 2;
         run_plan(p, wkv_cuda::attn::kMmaRows, false, p.Hq, prm, wkv_cuda::attn::kMmaWarps * 32, smem,
@@ -442,4 +446,6 @@ TEST_CASE("cuda attention mma (emulated): f16/bf16, D 64/128, masks, grouped hea
         p.Tq = 160, p.Tk = 170;
         check(p, rng);
     }
+    CHECK(g_mma_staging[0] > 0);  // the strided case
+    CHECK(g_mma_staging[1] > 0);  // the contiguous ones
 }
