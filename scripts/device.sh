@@ -176,6 +176,18 @@ if [ "${WKV_DEVICE_PERF:-1}" = 1 ]; then
   done
   stamp "wkv-bench perf cuda attention done" | tee -a "$summary"
 fi
+# The Python benchmarks against torch on CUDA tensors, where torch with CUDA is installed (carry
+# its wheel, see the device tool's README): attention vs SDPA's flash and cuDNN backends, and
+# context parallelism's split on one device. Result files in $out, to copy into benchmarks/.
+if [ "${WKV_DEVICE_PERF:-1}" = 1 ] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  for b in attention context_parallel; do
+    WKV_LIBRARY=$build/libwkv.so PYTHONPATH=$root/bindings/python/src WKV_CUDA_ATTENTION=1 \
+      python3 "$root/benchmarks/${b}_bench.py" --device cuda --out "$out/${b}-cuda.json" >>"$out/python_bench.log" 2>&1
+    note "benchmarks/${b}_bench.py --device cuda: rc=$? ($out/${b}-cuda.json, python_bench.log)"
+  done
+else
+  note "no torch with CUDA here: the Python benchmarks (attention vs SDPA, context parallelism) not run"
+fi
 # RWKV-6 and RWKV-4 anchors (issue 5): fwd+bwd B=8 T=4096, RWKV-6 H=32 N=64 bf16 (fla 7.29 ms),
 # RWKV-4 C=2048 fp32 (fla 5.53 ms). WKV_DEVICE_PERF64=1 runs them even with WKV_DEVICE_PERF=0.
 if [ "${WKV_DEVICE_PERF64:-${WKV_DEVICE_PERF:-1}}" = 1 ]; then

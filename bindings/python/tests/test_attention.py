@@ -108,6 +108,7 @@ def test_every_configuration_agrees(rng):
     want = oracle(q, k, v, True)
     names = [c["name"] for c in wkv.attention_configs()]
     assert len(names) >= 2 and sum(c["is_default"] for c in wkv.attention_configs()) == 1
+    assert all(c["dtype"] == "any" and c["head_dim"] == 0 for c in wkv.attention_configs())  # the CPU's: any
     for name in names:
         assert rel_rms(wkv.attention(q, k, v, causal=True, config=name), want) <= 1e-5, name
 

@@ -164,9 +164,11 @@ def _forward_desc(call: _Call, q: Any, k: Any, v: Any, causal: bool, scale: Opti
 
 def attention_configs(context: Optional[Context] = None) -> List[Dict[str, Any]]:
     """The attention kernel configurations of a context's backend (default: the CPU context):
-    dicts with ``name``, ``block_q``, ``block_kv``, ``head_dim`` (0: any), ``max_head_dim``,
-    ``warps``, ``async_copy``, ``eager_load``, ``swizzle``, ``double_buffer``, ``softmax``,
-    ``shared_bytes``, ``fits``, ``is_default``."""
+    dicts with ``name``, ``dtype`` (``"float32"``, ``"float16"``, ``"bfloat16"``, or ``"any"``),
+    ``block_q``, ``block_kv``, ``head_dim`` (0: any), ``max_head_dim``, ``warps``, ``async_copy``,
+    ``eager_load``, ``swizzle``, ``double_buffer``, ``softmax``, ``shared_bytes``, ``fits``,
+    ``is_default`` (where a configuration is built for one dtype or head dim, it is the default
+    of those calls only)."""
     ctx = resolve_context(context, (1, 0))
     lib = load()
     n = c_int32(0)
@@ -182,6 +184,8 @@ def attention_configs(context: Optional[Context] = None) -> List[Dict[str, Any]]
         item = {f: getattr(c, f) for f, _ in _lib.wkv_attention_config._fields_ if f not in ("struct_size", "dtype")}
         item["name"] = c.name.decode("utf-8", "replace")
         item["fits"], item["is_default"] = bool(c.fits), bool(c.is_default)
+        item["dtype"] = {(0, 0): "any", (2, 32): "float32", (2, 16): "float16", (4, 16): "bfloat16"}.get(
+            (c.dtype.code, c.dtype.bits), "code %d bits %d" % (c.dtype.code, c.dtype.bits))
         out.append(item)
     return out
 
