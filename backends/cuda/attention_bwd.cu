@@ -1,8 +1,12 @@
-/* Softmax attention backward on CUDA: the launchers of attention_bwd_kernel.cuh's two kernels
- * (how they work is described there), their shared memory and its limits. */
+/* Softmax attention backward on CUDA: the launchers of the SIMT kernels (attention_bwd_kernel.cuh)
+ * and the tensor-core ones (attention_mma_bwd_kernel.cuh; how each works is described there),
+ * their shared memory and its limits. */
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "attention_bwd_kernel.cuh"
+#include "attention_mma_bwd_kernel.cuh"
 
 namespace wkv_cuda {
 using attn::kAttnKeys;
@@ -24,11 +28,18 @@ int set_q_limit(size_t bytes) {
 
 } // namespace
 
-int attn_bwd_keys_per_tile() { return kBwdKeys; }
-int attn_bwd_rows_per_tile() { return kBwdRows; }
+int attn_bwd_keys_per_tile(int kernel) { return kernel == kAttnMma ? 64 : kBwdKeys; }
+int attn_bwd_rows_per_tile(int kernel) { return kernel == kAttnMma ? 64 : kBwdRows; }
 
 int attn_bwd_prepare(size_t max_smem) {
-    /* the largest D of each dq kernel (DPL) whose two kernels fit, limits raised to it */
+    /* the tensor-core kernels at D = 128 need more than the default 48 KB */
+    const size_t mma = attn::mma_bwd_smem_bytes(128);
+    if (mma > max_smem) return 0;
+    const void* mma_128[] = {(const void*)attn::attn_bwd_kv_mma<128, true>, (const void*)attn::attn_bwd_kv_mma<128, false>,
+                             (const void*)attn::attn_bwd_q_mma<128, true>, (const void*)attn::attn_bwd_q_mma<128, false>};
+    for (const void* f : mma_128)
+        if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mma) != cudaSuccess) return 0;
+    /* the largest D of each SIMT dq kernel (DPL) whose two kernels fit, limits raised to it */
     int max_d = 0;
     for (const int D : {64, 128, 256}) {
         const size_t kv = kv_smem(D), q = q_smem(D);
@@ -41,14 +52,43 @@ int attn_bwd_prepare(size_t max_smem) {
     return max_d;
 }
 
-int attn_launch_backward_kv(const AttnBwdParams& p, int64_t blocks, void* stream) {
-    attn::attn_bwd_kv_simt<<<(unsigned)blocks, 32, kv_smem(p.sh.D), static_cast<cudaStream_t>(stream)>>>(p);
+namespace {
+
+/* f(std::integral_constant<int, D>, std::bool_constant<BF16>) for the mma kernels' D and dtype */
+template <class F>
+void with_mma(const AttnBwdParams& p, F&& f) {
+    const bool bf16 = p.q.elem == 2;
+    if (p.sh.D == 64 && bf16) f(std::integral_constant<int, 64>(), std::true_type());
+    else if (p.sh.D == 64) f(std::integral_constant<int, 64>(), std::false_type());
+    else if (bf16) f(std::integral_constant<int, 128>(), std::true_type());
+    else f(std::integral_constant<int, 128>(), std::false_type());
+}
+
+} // namespace
+
+int attn_launch_backward_kv(int kernel, const AttnBwdParams& p, int64_t blocks, void* stream) {
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (kernel == kAttnMma) {
+        with_mma(p, [&](auto d, auto bf) {
+            attn::attn_bwd_kv_mma<decltype(d)::value, decltype(bf)::value>
+                <<<(unsigned)blocks, attn::kMmaWarps * 32, attn::mma_bwd_smem_bytes(decltype(d)::value), s>>>(p);
+        });
+        return (int)cudaGetLastError();
+    }
+    attn::attn_bwd_kv_simt<<<(unsigned)blocks, 32, kv_smem(p.sh.D), s>>>(p);
     return (int)cudaGetLastError();
 }
 
-int attn_launch_backward_q(const AttnBwdParams& p, int64_t blocks, void* stream) {
-    const size_t smem = q_smem(p.sh.D);
+int attn_launch_backward_q(int kernel, const AttnBwdParams& p, int64_t blocks, void* stream) {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (kernel == kAttnMma) {
+        with_mma(p, [&](auto d, auto bf) {
+            attn::attn_bwd_q_mma<decltype(d)::value, decltype(bf)::value>
+                <<<(unsigned)blocks, attn::kMmaWarps * 32, attn::mma_bwd_smem_bytes(decltype(d)::value), s>>>(p);
+        });
+        return (int)cudaGetLastError();
+    }
+    const size_t smem = q_smem(p.sh.D);
     const unsigned grid = (unsigned)blocks;
     switch (dpl_of(p.sh.D)) {
     case 2: attn::attn_bwd_q_simt<2><<<grid, kBwdWarps * 32, smem, s>>>(p); break;

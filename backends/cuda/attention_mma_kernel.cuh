@@ -97,6 +97,72 @@ __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], const 
 #endif
 }
 
+/* Rows t0 .. t0 + 63 of view v (batch b, head h; rows from n on are zeros) into shared dst as
+ * 16-bit rows of D + kMmaPad elements, by the block's 128 threads: 16 bytes a load when vec
+ * (16-bit, contiguous along D, 16-byte aligned rows), else element by element. */
+template <int D, bool BF16>
+__device__ __forceinline__ void stage_rows(uint16_t* dst, const DevView& v, int64_t b, int64_t t0, int64_t n,
+                                           int64_t h, bool vec, int tid) {
+    constexpr int S = D + kMmaPad;
+    if (vec) {
+        for (int i = tid; i < 64 * (D / 8); i += kMmaWarps * 32) {
+            const int j = i / (D / 8), d = 8 * (i % (D / 8));
+            copy16(dst + j * S + d, j < n ? v.data + 2 * offset(v, b, t0 + j, h, d) : nullptr);
+        }
+    } else {
+        for (int i = tid; i < 64 * D; i += kMmaWarps * 32) {
+            const int j = i / D, d = i % D;
+            dst[j * S + d] = to16<BF16>(j < n ? elem::load(v, offset(v, b, t0 + j, h, d)) : 0.0f);
+        }
+    }
+}
+
+/* Fragments from staged rows (stride S): the A fragment of rows row0 .. row0 + 15 at k-step kk
+ * (d = 16 kk ..); the B fragment with the rows as n (n-tile at row0) and d as k (k-step kk):
+ * B(k = d, n = row) = M[row][d], a register per two consecutive d; the B fragment with the rows
+ * as k (k-step at row0) and d as n (n-tile dt): B(k = row, n = d) = M[row][d], two rows a
+ * register. */
+template <int S>
+__device__ __forceinline__ void frag_a(uint32_t a[4], const uint16_t* m, int row0, int kk, int g, int t) {
+    const uint16_t* p = m + (row0 + g) * S + 16 * kk + 2 * t;
+    a[0] = *reinterpret_cast<const uint32_t*>(p);
+    a[1] = *reinterpret_cast<const uint32_t*>(p + 8 * S);
+    a[2] = *reinterpret_cast<const uint32_t*>(p + 8);
+    a[3] = *reinterpret_cast<const uint32_t*>(p + 8 * S + 8);
+}
+template <int S>
+__device__ __forceinline__ void frag_b_rows_n(uint32_t b[2], const uint16_t* m, int row0, int kk, int g, int t) {
+    const uint16_t* p = m + (row0 + g) * S + 16 * kk + 2 * t;
+    b[0] = *reinterpret_cast<const uint32_t*>(p);
+    b[1] = *reinterpret_cast<const uint32_t*>(p + 8);
+}
+template <int S>
+__device__ __forceinline__ void frag_b_rows_k(uint32_t b[2], const uint16_t* m, int row0, int dt, int g, int t) {
+    const uint16_t* p = m + (row0 + 2 * t) * S + 8 * dt + g;
+    b[0] = (uint32_t)p[0] | ((uint32_t)p[S] << 16);
+    b[1] = (uint32_t)p[8 * S] | ((uint32_t)p[9 * S] << 16);
+}
+
+/* The A fragment (hi, and for bf16 the lo part: x - hi rounded again) of k-step j of a 16 x 64
+ * product from its accumulator tiles c[2j] and c[2j + 1] (the flash-attention-2 trick: the
+ * accumulator layout of two adjacent 16 x 8 tiles is the A layout of one 16 x 16). */
+template <bool BF16>
+__device__ __forceinline__ void frag_a_from_acc(uint32_t hi[4], uint32_t lo[4], const float (*c)[4], int j) {
+    const float* p4[4] = {&c[2 * j][0], &c[2 * j][2], &c[2 * j + 1][0], &c[2 * j + 1][2]};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        hi[r] = pack2<BF16>(p4[r][0], p4[r][1]);
+        lo[r] = BF16 ? pack2<BF16>(p4[r][0] - from16<BF16>(hi[r] & 0xFFFFu), p4[r][1] - from16<BF16>(hi[r] >> 16)) : 0u;
+    }
+}
+
+/* d += A B, and for bf16 also A_lo B (frag_a_from_acc's pair). */
+template <bool BF16>
+__device__ __forceinline__ void mma_pair(float d[4], const uint32_t hi[4], const uint32_t lo[4], const uint32_t b[2]) {
+    mma16816<BF16>(d, hi, b);
+    if (BF16) mma16816<BF16>(d, lo, b);
+}
+
 template <int D, bool BF16>
 __global__ void __launch_bounds__(kMmaWarps * 32) attn_fwd_mma(const AttnFwdParams p) {
     WKV_DYNAMIC_SHARED(uint16_t, smem16);
@@ -149,21 +215,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attn_fwd_mma(const AttnFwdPara
 
     for (int64_t j0 = k0; j0 < kend; j0 += kMmaKeys) {
         __syncthreads(); /* the previous block's reads are done */
-        if (sh.kv_vec16) { /* 16 bytes a load: 8 elements of a row (rows of S = D + 8: aligned) */
-            for (int i = tid; i < kMmaKeys * (D / 8); i += blockDim.x) {
-                const int j = i / (D / 8), d = 8 * (i % (D / 8));
-                const bool in = j0 + j < kend;
-                copy16(k_s + j * S + d, in ? p.k.data + 2 * offset(p.k, b, j0 + j, kvh, d) : nullptr);
-                copy16(v_s + j * S + d, in ? p.v.data + 2 * offset(p.v, b, j0 + j, kvh, d) : nullptr);
-            }
-        } else {
-            for (int i = tid; i < kMmaKeys * D; i += blockDim.x) {
-                const int j = i / D, d = i % D;
-                const bool in = j0 + j < kend;
-                k_s[j * S + d] = to16<BF16>(in ? elem::load(p.k, offset(p.k, b, j0 + j, kvh, d)) : 0.0f);
-                v_s[j * S + d] = to16<BF16>(in ? elem::load(p.v, offset(p.v, b, j0 + j, kvh, d)) : 0.0f);
-            }
-        }
+        stage_rows<D, BF16>(k_s, p.k, b, j0, kend - j0, kvh, sh.kv_vec16, tid);
+        stage_rows<D, BF16>(v_s, p.v, b, j0, kend - j0, kvh, sh.kv_vec16, tid);
         __syncthreads();
 
         float s[NT][4];
@@ -171,12 +224,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attn_fwd_mma(const AttnFwdPara
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
-            const uint16_t* kr = k_s + (nt * 8 + g) * S + 2 * t;
 #pragma unroll
             for (int kk = 0; kk < KD; ++kk) {
                 uint32_t kb[2];
-                kb[0] = *reinterpret_cast<const uint32_t*>(kr + 16 * kk);
-                kb[1] = *reinterpret_cast<const uint32_t*>(kr + 16 * kk + 8);
+                frag_b_rows_n<S>(kb, k_s, nt * 8, kk, g, t);
                 mma16816<BF16>(s[nt], qa[kk], kb);
             }
         }
@@ -221,21 +272,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attn_fwd_mma(const AttnFwdPara
          * took o's error to 2.1e-3 rel-RMS against the 2e-3 bound (tests/emu). */
 #pragma unroll
         for (int kk2 = 0; kk2 < kMmaKeys / 16; ++kk2) {
-            const float* p4[4] = {&s[2 * kk2][0], &s[2 * kk2][2], &s[2 * kk2 + 1][0], &s[2 * kk2 + 1][2]};
             uint32_t pa[4], pl[4];
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                pa[r] = pack2<BF16>(p4[r][0], p4[r][1]);
-                pl[r] = BF16 ? pack2<BF16>(p4[r][0] - from16<BF16>(pa[r] & 0xFFFFu), p4[r][1] - from16<BF16>(pa[r] >> 16)) : 0u;
-            }
-            const uint16_t* vr = v_s + (16 * kk2 + 2 * t) * S + g;
+            frag_a_from_acc<BF16>(pa, pl, s, kk2);
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt) {
                 uint32_t vb[2];
-                vb[0] = (uint32_t)vr[8 * dt] | ((uint32_t)vr[8 * dt + S] << 16);
-                vb[1] = (uint32_t)vr[8 * dt + 8 * S] | ((uint32_t)vr[8 * dt + 9 * S] << 16);
-                mma16816<BF16>(o[dt], pa, vb);
-                if (BF16) mma16816<BF16>(o[dt], pl, vb);
+                frag_b_rows_k<S>(vb, v_s, 16 * kk2, dt, g, t);
+                mma_pair<BF16>(o[dt], pa, pl, vb);
             }
         }
     }

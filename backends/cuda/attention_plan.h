@@ -40,12 +40,13 @@ inline AttnShape attn_shape(const wkv_attention_problem* p) {
     return sh;
 }
 
-/* AttnShape::kv_vec16 for k and v placed at `k`, `v`. */
-inline int32_t attn_kv_vec16(const wkv_attention_problem* p, const DevView& k, const DevView& v) {
-    for (const DevView* x : {&k, &v}) {
+/* AttnShape::kv_vec16 (AttnBwdParams::qd_vec16) for two views placed at a, b: both 16-bit,
+ * contiguous along D, 16-byte aligned rows. */
+inline int32_t attn_rows_vec16(const wkv_attention_problem* p, const DevView& a, const DevView& b) {
+    for (const DevView* x : {&a, &b}) {
         if (x->elem == 0 || x->s[3] != 1 || reinterpret_cast<uintptr_t>(x->data) % 16) return 0;
-        for (int a = 0; a < 3; ++a)
-            if (x->s[a] % 8) return 0;
+        for (int axis = 0; axis < 3; ++axis)
+            if (x->s[axis] % 8) return 0;
     }
     return p->D % 8 == 0 ? 1 : 0;
 }

@@ -1064,7 +1064,7 @@ wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_messa
     std::memset(&prm, 0, sizeof prm);
     prm.q = pl.v[0], prm.k = pl.v[1], prm.v = pl.v[2], prm.o = pl.v[3], prm.lse = pl.v[4];
     prm.sh = attn_shape(p);
-    prm.sh.kv_vec16 = attn_kv_vec16(p, prm.k, prm.v);
+    prm.sh.kv_vec16 = attn_rows_vec16(p, prm.k, prm.v);
     const int e = attn_plan_launches(p, rows, false, p->Hq, [&](const AttnSeqs& seq, int64_t blocks) {
         prm.seq = seq;
         return attn_launch_forward(cfg->kernel, prm, blocks, st->stream);
@@ -1088,7 +1088,9 @@ wkv_status cuda_attention_backward(void* state, const wkv_attention_backward_pro
                     st->attn_bwd_max_d);
         return WKV_ERROR_UNSUPPORTED;
     }
-    const int64_t keys = attn_bwd_keys_per_tile(), rows = attn_bwd_rows_per_tile();
+    /* the tensor-core kernels where they apply (f16/bf16 at D = 64, 128), else the SIMT ones */
+    const int kernel = p->q.elem != WKV_ELEM_F32 && (p->D == 64 || p->D == 128) ? kAttnMma : kAttnSimt;
+    const int64_t keys = attn_bwd_keys_per_tile(kernel), rows = attn_bwd_rows_per_tile(kernel);
     const int64_t kv_tiles = attn_max_tiles(p, keys, true), q_tiles = attn_max_tiles(p, rows, false);
     if (kv_tiles * p->Hkv > 0x7fffffff || q_tiles * p->Hq > 0x7fffffff) {
         set_message(msg, "attention backward: the tiles x heads of one sequence exceed one launch's grid");
@@ -1117,14 +1119,16 @@ wkv_status cuda_attention_backward(void* state, const wkv_attention_backward_pro
     prm.q = pl.v[0], prm.k = pl.v[1], prm.v = pl.v[2], prm.o = pl.v[3], prm.lse = pl.v[4];
     prm.dout = pl.v[5], prm.dlse = pl.v[6], prm.dq = pl.v[7], prm.dk = pl.v[8], prm.dv = pl.v[9];
     prm.sh = attn_shape(p);
+    prm.sh.kv_vec16 = attn_rows_vec16(p, prm.k, prm.v);
+    prm.qd_vec16 = attn_rows_vec16(p, prm.q, prm.dout);
     int e = attn_plan_launches(p, keys, true, p->Hkv, [&](const AttnSeqs& seq, int64_t blocks) {
         prm.seq = seq;
-        return attn_launch_backward_kv(prm, blocks, st->stream);
+        return attn_launch_backward_kv(kernel, prm, blocks, st->stream);
     });
     if (e == 0)
         e = attn_plan_launches(p, rows, false, p->Hq, [&](const AttnSeqs& seq, int64_t blocks) {
             prm.seq = seq;
-            return attn_launch_backward_q(prm, blocks, st->stream);
+            return attn_launch_backward_q(kernel, prm, blocks, st->stream);
         });
     if (e != 0) return cuda_fail(st, (cudaError_t)e, msg, "attention backward launch");
     return stage_out(st, &pl, &drain, msg);

@@ -268,6 +268,8 @@ struct AttnFwdParams {
 struct AttnBwdParams {
     DevView q, k, v, o, lse, dout, dlse, dq, dk, dv;
     AttnShape sh;
+    int32_t qd_vec16; /* as AttnShape::kv_vec16, for q and dout */
+    int32_t pad_;
     AttnSeqs seq;
 };
 
@@ -285,14 +287,15 @@ int attn_prepare(size_t max_smem);
 /* Enqueues a forward kernel: `blocks` = the launch's tiles * Hq. cudaError_t as int. */
 int attn_launch_forward(int kernel, const AttnFwdParams& p, int64_t blocks, void* stream);
 
-/* The backward: keys per dk/dv tile and rows per dq tile; the largest D whose kernels fit
- * max_smem bytes of shared memory per block, their limits raised (0: none fits, or an error). */
-int attn_bwd_keys_per_tile();
-int attn_bwd_rows_per_tile();
+/* The backward, SIMT (kAttnSimt: every dtype) or tensor-core (kAttnMma: f16/bf16 at D = 64,
+ * 128) kernels: keys per dk/dv tile and rows per dq tile; the largest D whose SIMT kernels fit
+ * max_smem bytes of shared memory per block, every limit raised (0: none fits, or an error). */
+int attn_bwd_keys_per_tile(int kernel);
+int attn_bwd_rows_per_tile(int kernel);
 int attn_bwd_prepare(size_t max_smem);
 /* Enqueues the dk/dv kernel (blocks = key tiles * Hkv) or the dq kernel (row tiles * Hq). */
-int attn_launch_backward_kv(const AttnBwdParams& p, int64_t blocks, void* stream);
-int attn_launch_backward_q(const AttnBwdParams& p, int64_t blocks, void* stream);
+int attn_launch_backward_kv(int kernel, const AttnBwdParams& p, int64_t blocks, void* stream);
+int attn_launch_backward_q(int kernel, const AttnBwdParams& p, int64_t blocks, void* stream);
 } // namespace wkv_cuda
 
 #endif

@@ -8,6 +8,9 @@
 // reached by all of its participants, in a shuffled order per pass (a seeded generator), so a
 // missing barrier between a shared-memory write and another thread's read shows as wrong data.
 // A pass in which no thread can move is a deadlock (divergent barriers): launch() reports it.
+// A thread only yields at barriers, so a race shows only where some schedule lets a write land
+// before another thread's read of the same phase (a missing barrier whose readers all read
+// before their own next barrier goes unseen: the GPU suite's racecheck is the net for those).
 // Shared memory starts as NaN bytes, so a read of an element never written shows.
 //
 // Not emulated: timing, memory ordering beyond barriers, atomics, cp.async, ldmatrix, the

@@ -14,6 +14,7 @@
 
 #include "attention_bwd_kernel.cuh"
 #include "attention_kernel.cuh"
+#include "attention_mma_bwd_kernel.cuh"
 #include "attention_mma_kernel.cuh"
 #include "attention_plan.h"
 
@@ -76,7 +77,8 @@ wkv_cuda::DevView row_view(HostTensor& t, const Case& c) {
     return v;
 }
 
-int g_mma_staging[2];  // mma forward calls that staged K/V element by element, 16 bytes at a time
+int g_mma_staging[2];      // mma forward calls that staged K/V element by element, 16 bytes at a time
+int g_mma_bwd_staging[2];  // mma backward calls that staged Q/dout so, likewise
 
 int dpl_of(int64_t D) { return D <= 64 ? 2 : D <= 128 ? 4 : 8; }
 
@@ -102,7 +104,7 @@ void forward(const Case& c, HostTensor& tq, HostTensor& tk, HostTensor& tv, Host
     if (lse_out) prm.lse = row_view(*lse_out, c);
     prm.sh = wkv_cuda::attn_shape(&p);
     if (c.kernel == wkv_cuda::kAttnMma) {
-        prm.sh.kv_vec16 = wkv_cuda::attn_kv_vec16(&p, prm.k, prm.v);
+        prm.sh.kv_vec16 = wkv_cuda::attn_rows_vec16(&p, prm.k, prm.v);
         ++g_mma_staging[prm.sh.kv_vec16];
         const size_t smem = 2 * sizeof(uint16_t) * 64 * (size_t)(c.D + wkv_cuda::attn::kMmaPad);
         const bool bf16 = e == 2;
@@ -182,6 +184,27 @@ void check_backward(const Case& c, Rng& rng, bool with_dlse = false) {
     prm.dout = dev(tg, e), prm.dq = dev(tdq, e), prm.dk = dev(tdk, e), prm.dv = dev(tdv, e);
     if (with_dlse) prm.dlse = row_view(tgl, c);
     prm.sh = wkv_cuda::attn_shape(&p);
+    if (c.kernel == wkv_cuda::kAttnMma) {
+        prm.sh.kv_vec16 = wkv_cuda::attn_rows_vec16(&p, prm.k, prm.v);
+        prm.qd_vec16 = wkv_cuda::attn_rows_vec16(&p, prm.q, prm.dout);
+        ++g_mma_bwd_staging[prm.qd_vec16];
+        const size_t smem = wkv_cuda::attn::mma_bwd_smem_bytes((int)c.D);
+        const bool bf16 = e == 2;
+        const unsigned threads = wkv_cuda::attn::kMmaWarps * 32;
+        using wkv_cuda::AttnBwdParams;
+        run_plan(p, 64, true, p.Hkv, prm, threads, smem, [&](const AttnBwdParams& x) {
+            if (c.D == 64 && bf16) wkv_cuda::attn::attn_bwd_kv_mma<64, true>(x);
+            else if (c.D == 64) wkv_cuda::attn::attn_bwd_kv_mma<64, false>(x);
+            else if (bf16) wkv_cuda::attn::attn_bwd_kv_mma<128, true>(x);
+            else wkv_cuda::attn::attn_bwd_kv_mma<128, false>(x);
+        });
+        run_plan(p, 64, false, p.Hq, prm, threads, smem, [&](const AttnBwdParams& x) {
+            if (c.D == 64 && bf16) wkv_cuda::attn::attn_bwd_q_mma<64, true>(x);
+            else if (c.D == 64) wkv_cuda::attn::attn_bwd_q_mma<64, false>(x);
+            else if (bf16) wkv_cuda::attn::attn_bwd_q_mma<128, true>(x);
+            else wkv_cuda::attn::attn_bwd_q_mma<128, false>(x);
+        });
+    } else {
     const int D = (int)c.D, dpl = dpl_of(c.D);
     const size_t kv_smem = sizeof(float) * (4 * (size_t)32 * (D + 1) + 2 * (size_t)D);
     const size_t q_smem = sizeof(float) * (2 * (size_t)16 * D + 2 * (size_t)32 * (D + 1));
@@ -193,6 +216,7 @@ void check_backward(const Case& c, Rng& rng, bool with_dlse = false) {
                  else if (dpl == 4) wkv_cuda::attn::attn_bwd_q_simt<4>(x);
                  else wkv_cuda::attn::attn_bwd_q_simt<8>(x);
              });
+    }
     CHECK(tdq.gaps_still_nan());
     CHECK(tdk.gaps_still_nan());
     const wkv_ref_attention in = reference(c, q, k, v);
@@ -448,4 +472,44 @@ TEST_CASE("cuda attention mma (emulated): f16/bf16, D 64/128, masks, grouped hea
     }
     CHECK(g_mma_staging[0] > 0);  // the strided case
     CHECK(g_mma_staging[1] > 0);  // the contiguous ones
+}
+
+TEST_CASE("cuda attention mma backward (emulated): f16/bf16, D 64/128, masks, grouped heads, tails, packed") {
+    Rng rng(test_seed());
+    for (const wkv_dtype dt : {WKV_DTYPE_F16, WKV_DTYPE_BF16})
+        for (const bool causal : {false, true})
+            for (const int64_t D : {64, 128}) {
+                Case c;
+                c.kernel = wkv_cuda::kAttnMma;
+                c.dtype = dt, c.causal = causal, c.D = D;
+                c.B = 2, c.Tq = 70, c.Tk = 83, c.Hq = 2, c.Hkv = 1;  // partial row and key tiles, 2 heads per kv head
+                CAPTURE(D);
+                CAPTURE(causal);
+                CAPTURE(dtype_name(dt));
+                check_backward(c, rng, D == 64);
+            }
+    for (const bool causal : {false, true}) {
+        CAPTURE(causal);
+        Case c;
+        c.kernel = wkv_cuda::kAttnMma, c.dtype = WKV_DTYPE_BF16, c.D = 64, c.causal = causal;
+        c.Tq = 1, c.Tk = 130;  // a decode step
+        check_backward(c, rng, true);
+        c.Tq = 100, c.Tk = 9, c.Hq = 3, c.Hkv = 3;  // Tq > Tk: rows that see no key (dq = 0)
+        check_backward(c, rng);
+        c.Tq = 65, c.Tk = 65, c.strided = true, c.scale = 0.3f, c.dtype = WKV_DTYPE_F16;  // strides: element staging
+        check_backward(c, rng);
+        c.strided = false, c.scale = 0.0f, c.logit_scale = 10.0;  // logits ~30
+        check_backward(c, rng);
+        c.logit_scale = 1.0, c.Tq = 0, c.Tk = 6;  // no rows: dk = dv = 0
+        check_backward(c, rng);
+        c.Tq = 6, c.Tk = 0;  // no keys: dq = 0
+        check_backward(c, rng);
+        Case p;
+        p.kernel = wkv_cuda::kAttnMma, p.dtype = WKV_DTYPE_BF16, p.D = 64, p.causal = causal, p.Hq = 4, p.Hkv = 2;
+        p.q_off = {0, 5, 5, 85, 86, 160, 160}, p.k_off = {0, 9, 12, 100, 100, 170, 180};
+        p.Tq = 160, p.Tk = 180;
+        check_backward(p, rng, true);
+    }
+    CHECK(g_mma_bwd_staging[0] > 0);
+    CHECK(g_mma_bwd_staging[1] > 0);
 }
