@@ -160,20 +160,30 @@ std::string launch(unsigned grid, unsigned threads, size_t smem, const std::func
         b.smem.assign(smem, 0xFF); // NaN floats: an element read before written shows
         for (Fiber& f : b.fibers) init_fiber(f, &b.scheduler);
         unsigned done = 0;
+        // resumes thread i if it can move; whether it did
+        auto step = [&](unsigned i) {
+            Fiber& f = b.fibers[i];
+            if (f.done || (f.waiting && b.gen[(size_t)f.scope] == f.gen)) return false;
+            f.waiting = false;
+            b.current = i;
+            b.tid.x = i;
+            swapcontext(&b.scheduler, &f.ctx);
+            if (f.done) ++done;
+            return true;
+        };
         while (done < threads) {
             bool moved = false;
-            std::shuffle(order.begin(), order.end(), rng);
-            for (unsigned i : order) {
-                Fiber& f = b.fibers[i];
-                if (f.done) continue;
-                if (f.waiting && b.gen[(size_t)f.scope] == f.gen) continue;
-                f.waiting = false;
-                b.current = i;
-                b.tid.x = i;
-                swapcontext(&b.scheduler, &f.ctx);
-                moved = true;
-                if (f.done) ++done;
+            // one warp, drawn at random, runs ahead as far as it can (to a block barrier or its
+            // end) before the others move: warps drift apart as on a GPU, so a write a warp
+            // makes after its last barrier can overtake another warp's pending reads
+            const unsigned lead = (unsigned)(rng() % b.warps), first = lead * 32, last = std::min(threads, first + 32);
+            for (bool again = true; again;) {
+                again = false;
+                for (unsigned i = first; i < last; ++i) again = step(i) || again;
+                moved = moved || again;
             }
+            std::shuffle(order.begin(), order.end(), rng);
+            for (unsigned i : order) moved = step(i) || moved;
             if (!moved) {
                 error = "deadlock in block " + std::to_string(blk) + ": " + std::to_string(threads - done) +
                         " threads wait at barriers the others never reach";

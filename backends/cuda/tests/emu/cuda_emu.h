@@ -5,12 +5,12 @@
 // A block's threads are fibers (ucontext) on the calling thread: each runs until it reaches a
 // barrier — __syncthreads (the block) or a warp shuffle (its warp: lanes write, wait for the
 // warp, read; two banks of slots alternate) — and the scheduler resumes the threads whose barrier has been
-// reached by all of its participants, in a shuffled order per pass (a seeded generator), so a
+// reached by all of its participants: each pass lets one warp (drawn at random) run ahead as far
+// as it can, then the rest in a shuffled order (a seeded generator), so warps drift apart and a
 // missing barrier between a shared-memory write and another thread's read shows as wrong data.
 // A pass in which no thread can move is a deadlock (divergent barriers): launch() reports it.
 // A thread only yields at barriers, so a race shows only where some schedule lets a write land
-// before another thread's read of the same phase (a missing barrier whose readers all read
-// before their own next barrier goes unseen: the GPU suite's racecheck is the net for those).
+// before another thread's read of the same phase; the GPU suite's racecheck is the wider net.
 // Shared memory starts as NaN bytes, so a read of an element never written shows.
 //
 // Not emulated: timing, memory ordering beyond barriers, atomics, cp.async, ldmatrix, the
