@@ -144,6 +144,39 @@ TEST_CASE("attention: packed variable-length sequences") {
     }
 }
 
+// bf16 q and k in calls of several query tiles per head take bf16 dot products on a CPU with
+// AVX-512 BF16 (the avx512 path; the others convert to float32 first, as before): odd D (a
+// zero-padded last pair), every tile configuration (kv64, kv128, the decode tiles' row step),
+// masks, GQA, packed, strided, a scale, large logits.
+TEST_CASE("attention: bf16 inputs over several tiles (bf16 dot products where the CPU has them)") {
+    Ctx c;
+    Rng rng(test_seed());
+    for (const bool causal : {false, true})
+        for (const int64_t D : {17, 40, 64, 128}) {
+            AttnCase a;
+            a.dtype = WKV_DTYPE_BF16, a.causal = causal, a.D = D;
+            a.B = 2, a.Tq = 300, a.Tk = 310, a.Hq = 4, a.Hkv = 2;  // 3 tiles of the default 128 rows
+            CAPTURE(D);
+            CAPTURE(causal);
+            check_run(c.ctx, a, rng);
+        }
+    for (const char* cfg : {"cpu.tiled.q256.kv128", "cpu.tiled.q64.kv64", "cpu.tiled.q4.kv128"}) {
+        CAPTURE(cfg);
+        AttnCase a;
+        a.dtype = WKV_DTYPE_BF16, a.config = cfg, a.causal = true, a.D = 64, a.Tq = 260, a.Tk = 260;
+        check_run(c.ctx, a, rng);
+        a.strided = true, a.scale = 0.3, a.causal = false;
+        check_run(c.ctx, a, rng);
+        a.strided = false, a.scale = 0.0, a.logit_scale = 100.0;  // logits of ~1e2
+        check_run(c.ctx, a, rng);
+    }
+    AttnCase p;
+    p.dtype = WKV_DTYPE_BF16, p.causal = true, p.Hq = 4, p.Hkv = 1, p.D = 32;
+    p.q_off = {0, 200, 200, 470}, p.k_off = {0, 210, 215, 500};
+    p.Tq = 470, p.Tk = 500;
+    check_run(c.ctx, p, rng);
+}
+
 TEST_CASE("attention: every configuration gives the same answer; the list describes them") {
     Ctx c;
     int32_t n = -1;

@@ -58,6 +58,9 @@ struct AttnJob {
     const AttnConfig* cfg;
     AttnBlockFn block; /* the path's vector step, or NULL */
     AttnRowsFn rows;   /* the path's vector step for tiles of few rows, or NULL */
+    /* bf16 q and k on a path with bf16 dot products: the keys packed as bf16 pairs (ktp_all,
+     * [B][Hkv][Dh][kt_len], in kt_all's memory), the tiles' q as pairs too (attention.h) */
+    AttnBlockBf16Fn block_bf16;
     int64_t heads;     /* query heads per item: 1, or Hq / Hkv for decode-shaped calls (run_item) */
     const int64_t* tiles_before; /* [num_seqs + 1]: query tiles of the sequences before s */
     int64_t items, chunks;
@@ -67,6 +70,7 @@ struct AttnJob {
      * own blocks): kt_all [B][Hkv][D][kt_len], v_all [B][Hkv][Tk][Dp]. */
     float* kt_all;
     float* v_all;
+    uint32_t* ktp_all; /* bf16 pairs instead of kt_all, when block_bf16 (NULL otherwise) */
     int64_t kt_len; /* Tk + block_kv: a block's readable columns never leave the row */
 };
 
@@ -147,6 +151,13 @@ bool rows_in_place(const wkv_view& v, int64_t D) {
     return v.elem == WKV_ELEM_F32 && (v.stride[3] == 1 || D == 1) && reinterpret_cast<uintptr_t>(v.data) % 4 == 0;
 }
 
+/* The bf16 bits of a float that came from a bf16 (load_row converts exactly): its top half. */
+inline uint32_t bf16_bits(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u >> 16;
+}
+
 /* Tiles of at most this many rows take the keys as rows (AttnRowsFn). */
 constexpr int64_t kRowsTile = 2;
 
@@ -180,15 +191,22 @@ void run_item(const AttnJob& job, int64_t item, float* mem) {
     float* l = m + br;
     int64_t* seen = reinterpret_cast<int64_t*>(l + br); /* 2 floats each, 8-byte aligned: see below */
     float* row = reinterpret_cast<float*>(seen + br);
+    const bool as_rows = tile_rows <= kRowsTile; /* the rows step reads D floats of a row, no padding */
+    const bool bf16_dot = job.ktp_all && !as_rows;
+    const int64_t Dh = (D + 1) / 2;
+    uint32_t* qp = reinterpret_cast<uint32_t*>(q); /* bf16_dot: rows of Dh pairs in q's memory */
     std::memset(q, 0, sizeof(float) * (size_t)(rows * Dp));
     for (int64_t r = 0; r < rows; ++r) {
-        load_row(p.q, view_offset(p.q, b, row_of(r), head_of(r)), D, q + r * Dp);
-        for (int64_t d = 0; d < D; ++d) q[r * Dp + d] *= p.scale;
+        load_row(p.q, view_offset(p.q, b, row_of(r), head_of(r)), D, row);
+        if (bf16_dot) /* float from bf16 and back: the same bits; not scaled (the step scales) */
+            for (int64_t d = 0; d < Dh; ++d)
+                qp[r * Dh + d] = (uint32_t)bf16_bits(row[2 * d]) | ((uint32_t)(2 * d + 1 < D ? bf16_bits(row[2 * d + 1]) : 0) << 16);
+        else
+            for (int64_t d = 0; d < D; ++d) q[r * Dp + d] = row[d] * p.scale;
         m[r] = -std::numeric_limits<float>::infinity();
         l[r] = 0.0f;
     }
     std::memset(acc, 0, sizeof(float) * (size_t)(rows * Dp));
-    const bool as_rows = tile_rows <= kRowsTile; /* the rows step reads D floats of a row, no padding */
     if (Dp > D && !as_rows)
         for (int64_t j = 0; j < bc; ++j) std::memset(vb + j * Dp + D, 0, sizeof(float) * (size_t)(Dp - D));
 
@@ -225,6 +243,11 @@ void run_item(const AttnJob& job, int64_t item, float* mem) {
             }
         }
         for (int64_t r = 0; r < rows; ++r) seen[r] = std::min(nb, last_key(r0 + r) - j0 + 1);
+        if (bf16_dot) { /* attention() checked the step takes this bc and Dp */
+            job.block_bf16(qp, rows, Dh, Dp, job.ktp_all + (b * p.Hkv + g) * Dh * job.kt_len + j0, job.kt_len, vblk, nb,
+                           bc, seen, p.scale, prow, acc, m, l);
+            continue;
+        }
         if (!job.block || !job.block(q, rows, Dp, D, kblk, kstride, vblk, nb, bc, seen, prow, acc, m, l))
             scalar_block(q, rows, Dp, D, kblk, kstride, vblk, nb, bc, seen, prow, acc, m, l);
     }
@@ -252,18 +275,31 @@ void pack_chunk(void* data, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
         const int64_t bg = i / per_head, j0 = (i % per_head) * kPackKeys, j1 = std::min(p.Tk, j0 + kPackKeys);
         const int64_t b = bg / p.Hkv, g = bg % p.Hkv;
+        const int64_t Dh = (D + 1) / 2;
         float* kt = job.kt_all + bg * D * job.kt_len;
+        uint32_t* ktp = job.ktp_all ? job.ktp_all + bg * Dh * job.kt_len : nullptr;
         float* v = job.v_all + bg * p.Tk * Dp;
-        float row[kAttnMaxHeadDim];
+        float row[kAttnMaxHeadDim + 1];
         for (int64_t j = j0; j < j1; ++j) {
             load_row(p.k, view_offset(p.k, b, j, g), D, row);
-            for (int64_t d = 0; d < D; ++d) kt[d * job.kt_len + j] = row[d];
+            if (ktp) {
+                row[D] = 0.0f; /* an odd D's last pair */
+                for (int64_t d = 0; d < Dh; ++d)
+                    ktp[d * job.kt_len + j] = (uint32_t)bf16_bits(row[2 * d]) | ((uint32_t)bf16_bits(row[2 * d + 1]) << 16);
+            } else {
+                for (int64_t d = 0; d < D; ++d) kt[d * job.kt_len + j] = row[d];
+            }
             load_row(p.v, view_offset(p.v, b, j, g), D, v + j * Dp);
             for (int64_t d = D; d < Dp; ++d) v[j * Dp + d] = 0.0f;
         }
-        if (j1 == p.Tk)
-            for (int64_t d = 0; d < D; ++d)
-                std::memset(kt + d * job.kt_len + p.Tk, 0, sizeof(float) * (size_t)(job.kt_len - p.Tk));
+        if (j1 == p.Tk) {
+            if (ktp)
+                for (int64_t d = 0; d < Dh; ++d)
+                    std::memset(ktp + d * job.kt_len + p.Tk, 0, sizeof(uint32_t) * (size_t)(job.kt_len - p.Tk));
+            else
+                for (int64_t d = 0; d < D; ++d)
+                    std::memset(kt + d * job.kt_len + p.Tk, 0, sizeof(float) * (size_t)(job.kt_len - p.Tk));
+        }
     }
 }
 
@@ -294,8 +330,8 @@ int32_t attention_configs(wkv_attention_config* out, int32_t capacity) noexcept 
     return kNumConfigs;
 }
 
-wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows, const wkv_attention_problem* p,
-                     wkv_message* msg) noexcept {
+wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows, AttnBlockBf16Fn block_bf16,
+                     const wkv_attention_problem* p, wkv_message* msg) noexcept {
     const AttnConfig* cfg = &kConfigs[0]; /* a pinned one is listed: the core checked the name */
     if (p->config)
         for (const AttnConfig& c : kConfigs)
@@ -319,6 +355,7 @@ wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows,
     job.cfg = cfg;
     job.block = block;
     job.rows = rows;
+    job.block_bf16 = block_bf16;
     /* A decode-shaped call (every sequence of at most kRowsTile query rows) with grouped heads:
      * one item per kv head walks its keys once for all of its query heads. */
     const int64_t group = p->Hq / p->Hkv;
@@ -362,6 +399,11 @@ wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows,
     job.scratch = reinterpret_cast<float*>(mem + cs.align_up(prefix_bytes, 64));
     job.kt_all = pack ? job.scratch + job.chunks * job.chunk_floats : nullptr;
     job.v_all = pack ? job.kt_all + heads * (uint64_t)p->D * (uint64_t)job.kt_len : nullptr;
+    /* bf16 q and k with a bf16-dot step for this tile shape: the keys packed as bf16 pairs. Only
+     * bc 64 / 128 with rows of whole vectors have that step (attention_simd.inl) */
+    const bool bf16_dot = pack && block_bf16 && p->q.elem == WKV_ELEM_BF16 && p->k.elem == WKV_ELEM_BF16 &&
+                          (cfg->block_kv == 64 || cfg->block_kv == 128) && Dp % 16 == 0;
+    job.ktp_all = bf16_dot ? reinterpret_cast<uint32_t*>(job.kt_all) : nullptr;
     const wkv_fault_hook fault = wkv_fault_hook_from(&st.args);
     if (wkv_fault_hit(&fault, WKV_FAULT_DEVICE_LOST, "submit")) {
         set_message(msg, "the device was lost (fault injection)");

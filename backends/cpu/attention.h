@@ -23,6 +23,14 @@ using AttnBlockFn = bool (*)(const float* q, int64_t rows, int64_t Dp, int64_t D
                              int64_t kt_stride, const float* vb, int64_t nb, int64_t bc, const int64_t* seen,
                              float* p_rows, float* acc, float* m, float* l);
 
+/* The block step with bf16 dot products (AVX-512 BF16, for bf16 q and k): as AttnBlockFn, but
+ * q as qp [rows][Dh] and the keys as ktp [Dh][kt_stride], each a 32-bit pair of bf16 values
+ * (elements 2i, 2i + 1; a zero after an odd D), q not scaled: scores = scale * (q . k), the
+ * products exact, summed in float32. */
+using AttnBlockBf16Fn = bool (*)(const uint32_t* qp, int64_t rows, int64_t Dh, int64_t Dp, const uint32_t* ktp,
+                                 int64_t kt_stride, const float* vb, int64_t nb, int64_t bc, const int64_t* seen,
+                                 float scale, float* p_rows, float* acc, float* m, float* l);
+
 /* The same step for a tile of a row or two (a decode step, Tq = 1), with the keys as rows: no
  * transposition, which would cost more than such a tile's scores. Key j is kb + j * k_stride,
  * value j is vb + j * v_stride, D floats each (only those are read); the rest as AttnBlockFn,
@@ -60,9 +68,10 @@ struct AttnBwdFns {
 /* wkv_backend_iface.attention_configs: fills min(capacity, total) entries, returns the total. */
 int32_t attention_configs(wkv_attention_config* out, int32_t capacity) noexcept;
 /* wkv_backend_iface.attention for a validated problem; `block` and `rows` are the path's vector
- * steps (NULL: the scalar ones). */
-wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows, const wkv_attention_problem* p,
-                     wkv_message* msg) noexcept;
+ * steps (NULL: the scalar ones), block_bf16 its bf16-dot step (NULL: none; bf16 inputs then take
+ * `block` after conversion). */
+wkv_status attention(const BackendState& st, AttnBlockFn block, AttnRowsFn rows, AttnBlockBf16Fn block_bf16,
+                     const wkv_attention_problem* p, wkv_message* msg) noexcept;
 
 /* wkv_backend_iface.attention_backward for a validated problem, with the path's vector steps. */
 wkv_status attention_backward(const BackendState& st, const AttnBwdFns& fns, const wkv_attention_backward_problem* p,

@@ -34,27 +34,18 @@ WKV_SIMD_INLINE float attn_hsum(const T* x, int n) {
     return r;
 }
 
-/* Rows [0, rows) of the tile against nb keys (nb <= bc): see AttnBlockFn in attention.h. */
-template <int BCV>
-void attn_block_bcv(const float* q, int64_t rows, int64_t Dp, int64_t D, const float* kt, int64_t kt_stride,
-                    const float* vb, int64_t nb, const int64_t* seen, float* p_rows, float* acc, float* m, float* l) {
+/* Rows [0, rows) of the tile against nb keys (nb <= bc): see AttnBlockFn in attention.h. The
+ * scores come from scores(r0, nr, s): s[i][c] = the scaled scores of row r0 + i (i < nr) against
+ * keys c W .. c W + W - 1 (the float32 products below, or bf16 dot products: attn_block_bf16). */
+template <int BCV, class Scores>
+WKV_SIMD_INLINE void attn_block_core(const Scores& scores, int64_t rows, int64_t Dp, const float* vb, int64_t nb,
+                                     const int64_t* seen, float* p_rows, float* acc, float* m, float* l) {
     constexpr int64_t bc = (int64_t)BCV * W;
     const T neg_inf = V::set1(-__builtin_inff());
     for (int64_t r0 = 0; r0 < rows; r0 += kAttnRows) {
         const int nr = rows - r0 < kAttnRows ? (int)(rows - r0) : kAttnRows;
         T s[kAttnRows][BCV];
-        for (int i = 0; i < kAttnRows; ++i)
-            for (int c = 0; c < BCV; ++c) s[i][c] = V::zero();
-        for (int64_t d = 0; d < D; ++d) {
-            const float* kd = kt + d * kt_stride;
-            T kv[BCV];
-            for (int c = 0; c < BCV; ++c) kv[c] = V::load(kd + c * W);
-            for (int i = 0; i < kAttnRows; ++i) {
-                if (i >= nr) break;
-                const T qd = V::set1(q[(r0 + i) * Dp + d]);
-                for (int c = 0; c < BCV; ++c) s[i][c] = V::fma(qd, kv[c], s[i][c]);
-            }
-        }
+        scores(r0, nr, s);
         /* per row: mask, max, p = exp(s - max) into p_rows (zeros where masked or skipped) */
         float corr[kAttnRows];
         int64_t keys = 0; /* the group's widest n_seen: the P V product's keys */
@@ -120,6 +111,84 @@ void attn_block_bcv(const float* q, int64_t rows, int64_t Dp, int64_t D, const f
         }
     }
 }
+
+/* The float32 scores: q scaled, the keys transposed (AttnBlockFn). */
+template <int BCV>
+void attn_block_bcv(const float* q, int64_t rows, int64_t Dp, int64_t D, const float* kt, int64_t kt_stride,
+                    const float* vb, int64_t nb, const int64_t* seen, float* p_rows, float* acc, float* m, float* l) {
+    const auto scores = [&](int64_t r0, int nr, T (*s)[BCV]) {
+        for (int i = 0; i < kAttnRows; ++i)
+            for (int c = 0; c < BCV; ++c) s[i][c] = V::zero();
+        for (int64_t d = 0; d < D; ++d) {
+            const float* kd = kt + d * kt_stride;
+            T kv[BCV];
+            for (int c = 0; c < BCV; ++c) kv[c] = V::load(kd + c * W);
+            for (int i = 0; i < kAttnRows; ++i) {
+                if (i >= nr) break;
+                const T qd = V::set1(q[(r0 + i) * Dp + d]);
+                for (int c = 0; c < BCV; ++c) s[i][c] = V::fma(qd, kv[c], s[i][c]);
+            }
+        }
+    };
+    attn_block_core<BCV>(scores, rows, Dp, vb, nb, seen, p_rows, acc, m, l);
+}
+
+#if defined(WKV_ATTN_BF16_DOT)
+/* Its own target: AVX-512 BF16 on top of the path's (install_avx512 checks the CPU has it). A
+ * functor, not a lambda: clang gives a lambda's body no target of the enclosing function's. */
+#define WKV_ATTN_BF16_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+
+/* The bf16 scores (AttnBlockBf16Fn): per pair of d, one vdpbf16ps adds both products of 16 keys
+ * (exact products, float32 sums), so Q K^T takes half the instructions of the float32 form;
+ * then the scale. */
+template <int BCV>
+struct AttnBf16Scores {
+    const uint32_t* qp;
+    int64_t Dh;
+    const uint32_t* ktp;
+    int64_t kt_stride;
+    float scale;
+    WKV_ATTN_BF16_TARGET void operator()(int64_t r0, int nr, T (*s)[BCV]) const {
+        for (int i = 0; i < kAttnRows; ++i)
+            for (int c = 0; c < BCV; ++c) s[i][c] = V::zero();
+        for (int64_t d = 0; d < Dh; ++d) {
+            const uint32_t* kd = ktp + d * kt_stride;
+            __m512bh kv[BCV];
+            for (int c = 0; c < BCV; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(kd + c * W);
+            for (int i = 0; i < kAttnRows; ++i) {
+                if (i >= nr) break;
+                const __m512bh qd = (__m512bh)_mm512_set1_epi32((int)qp[(r0 + i) * Dh + d]);
+                for (int c = 0; c < BCV; ++c) s[i][c] = _mm512_dpbf16_ps(s[i][c], qd, kv[c]);
+            }
+        }
+        const T sc = V::set1(scale);
+        for (int i = 0; i < kAttnRows; ++i)
+            for (int c = 0; c < BCV; ++c) s[i][c] = V::mul(s[i][c], sc);
+    }
+};
+
+template <int BCV>
+WKV_ATTN_BF16_TARGET void attn_block_bf16_bcv(const uint32_t* qp, int64_t rows, int64_t Dh, int64_t Dp,
+                                              const uint32_t* ktp, int64_t kt_stride, const float* vb, int64_t nb,
+                                              const int64_t* seen, float scale, float* p_rows, float* acc, float* m,
+                                              float* l) {
+    const AttnBf16Scores<BCV> scores{qp, Dh, ktp, kt_stride, scale};
+    attn_block_core<BCV>(scores, rows, Dp, vb, nb, seen, p_rows, acc, m, l);
+}
+
+/* AttnBlockBf16Fn: false for a block size it has no kernel for (the caller converts to float32). */
+WKV_ATTN_BF16_TARGET bool attn_block_bf16(
+    const uint32_t* qp, int64_t rows, int64_t Dh, int64_t Dp, const uint32_t* ktp, int64_t kt_stride, const float* vb,
+    int64_t nb, int64_t bc, const int64_t* seen, float scale, float* p_rows, float* acc, float* m, float* l) {
+    if (bc == 64 && Dp % W == 0)
+        attn_block_bf16_bcv<64 / W>(qp, rows, Dh, Dp, ktp, kt_stride, vb, nb, seen, scale, p_rows, acc, m, l);
+    else if (bc == 128 && Dp % W == 0)
+        attn_block_bf16_bcv<128 / W>(qp, rows, Dh, Dp, ktp, kt_stride, vb, nb, seen, scale, p_rows, acc, m, l);
+    else
+        return false;
+    return true;
+}
+#endif
 
 /* AttnBlockFn: false for a block size this path has no kernel for (the scalar step runs). */
 bool attn_block(const float* q, int64_t rows, int64_t Dp, int64_t D, const float* kt, int64_t kt_stride,

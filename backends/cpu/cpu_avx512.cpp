@@ -40,6 +40,7 @@ namespace {
 #include "rwkv7_simd.inl"
 #include "rwkv6_simd.inl"
 #include "rwkv4_simd.inl"
+#define WKV_ATTN_BF16_DOT 1 /* attention_simd.inl's attn_block_bf16 (its own target: + avx512bf16) */
 #include "attention_simd.inl"
 } // namespace
 } // namespace isa_avx512
@@ -47,6 +48,7 @@ namespace {
 void install_avx512(OpSet* ops) noexcept {
     ops->attention_block = isa_avx512::attn_block;
     ops->attention_rows = isa_avx512::attn_rows;
+    if (__builtin_cpu_supports("avx512bf16")) ops->attention_block_bf16 = isa_avx512::attn_block_bf16;
     ops->attention_backward.probs = isa_avx512::attn_bwd_probs;
     ops->attention_backward.kv = isa_avx512::attn_bwd_kv;
     ops->attention_backward.q = isa_avx512::attn_bwd_q;

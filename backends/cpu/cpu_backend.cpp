@@ -34,6 +34,7 @@ void make_op_set(Isa isa, OpSet* out) noexcept {
     out->rwkv4 = kRwkv4Op;
     out->attention_block = nullptr; /* the scalar step */
     out->attention_rows = nullptr;
+    out->attention_block_bf16 = nullptr;
     out->attention_backward = wkv_cpu::AttnBwdFns();
 #if WKV_CPU_X86_SIMD
     if (isa == Isa::kAvx2) install_avx2(out);
@@ -242,7 +243,8 @@ int32_t cpu_saves_checkpoints(void* state, const wkv_problem* p) {
 
 wkv_status cpu_attention(void* state, const wkv_attention_problem* p, wkv_message* msg) {
     const CpuState* st = static_cast<const CpuState*>(state);
-    return wkv_cpu::attention(*st, st->ops.attention_block, st->ops.attention_rows, p, msg);
+    return wkv_cpu::attention(*st, st->ops.attention_block, st->ops.attention_rows, st->ops.attention_block_bf16, p,
+                              msg);
 }
 
 wkv_status cpu_attention_backward(void* state, const wkv_attention_backward_problem* p, wkv_message* msg) {

@@ -15,6 +15,7 @@ struct OpSet {
     OpDesc rwkv7, rwkv6, rwkv4;
     AttnBlockFn attention_block = nullptr; /* NULL: attention.cpp's scalar step */
     AttnRowsFn attention_rows = nullptr;   /* NULL: attention.cpp's scalar step */
+    AttnBlockBf16Fn attention_block_bf16 = nullptr; /* NULL: bf16 inputs take attention_block */
     AttnBwdFns attention_backward;          /* NULL members: attention_backward.cpp's scalar steps */
 };
 
