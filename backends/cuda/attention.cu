@@ -7,32 +7,15 @@
 #include "attention_mma_kernel.cuh"
 
 namespace wkv_cuda {
-using attn::kAttnKeys;
 using attn::kAttnRows;
 using attn::kAttnWarps;
 using attn::attn_fwd_simt;
-namespace {
-
-template <int DPL>
-size_t smem_of(int D) {
-    return sizeof(float) * ((size_t)kAttnRows * D + (size_t)kAttnKeys * (D + 1) + (size_t)kAttnKeys * 32 * DPL);
-}
-
-int dpl_of(int D) { return D <= 64 ? 2 : D <= 128 ? 4 : 8; }
-
-} // namespace
 
 int attn_rows_per_tile(int kernel) { return kernel == kAttnMma ? attn::kMmaRows : kAttnRows; }
 
-size_t attn_mma_smem_bytes(int D) { return 2 * sizeof(uint16_t) * attn::kMmaKeys * (size_t)(D + attn::kMmaPad); }
+size_t attn_mma_smem_bytes(int D) { return attn::mma_fwd_smem_bytes(D); }
 
-size_t attn_smem_bytes(int D) {
-    switch (dpl_of(D)) {
-    case 2: return smem_of<2>(D);
-    case 4: return smem_of<4>(D);
-    default: return smem_of<8>(D);
-    }
-}
+size_t attn_smem_bytes(int D) { return attn::attn_simt_smem_bytes(D); }
 
 int attn_prepare(size_t max_smem) {
     const int need = (int)attn_smem_bytes(kAttnMaxD);
@@ -55,7 +38,7 @@ int attn_launch_forward(int kernel, const AttnFwdParams& p, int64_t blocks, void
         return (int)cudaGetLastError();
     }
     const size_t smem = attn_smem_bytes(p.sh.D);
-    switch (dpl_of(p.sh.D)) {
+    switch (attn::attn_dpl(p.sh.D)) {
     case 2: attn_fwd_simt<2><<<grid, kAttnWarps * 32, smem, s>>>(p); break;
     case 4: attn_fwd_simt<4><<<grid, kAttnWarps * 32, smem, s>>>(p); break;
     default: attn_fwd_simt<8><<<grid, kAttnWarps * 32, smem, s>>>(p); break;

@@ -9,16 +9,10 @@
 #include "attention_mma_bwd_kernel.cuh"
 
 namespace wkv_cuda {
-using attn::kAttnKeys;
 using attn::kBwdKeys;
 using attn::kBwdRows;
 using attn::kBwdWarps;
 namespace {
-
-int dpl_of(int D) { return D <= 64 ? 2 : D <= 128 ? 4 : 8; }
-
-size_t kv_smem(int D) { return sizeof(float) * (4 * (size_t)kBwdKeys * (D + 1) + 2 * (size_t)D); }
-size_t q_smem(int D) { return sizeof(float) * (2 * (size_t)kBwdRows * D + 2 * (size_t)kAttnKeys * (D + 1)); }
 
 template <int DPL>
 int set_q_limit(size_t bytes) {
@@ -42,7 +36,7 @@ int attn_bwd_prepare(size_t max_smem) {
     /* the largest D of each SIMT dq kernel (DPL) whose two kernels fit, limits raised to it */
     int max_d = 0;
     for (const int D : {64, 128, 256}) {
-        const size_t kv = kv_smem(D), q = q_smem(D);
+        const size_t kv = attn::bwd_kv_simt_smem_bytes(D), q = attn::bwd_q_simt_smem_bytes(D);
         if (kv > max_smem || q > max_smem) break;
         int e = (int)cudaFuncSetAttribute(attn::attn_bwd_kv_simt, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kv);
         if (e == 0) e = D == 64 ? set_q_limit<2>(q) : D == 128 ? set_q_limit<4>(q) : set_q_limit<8>(q);
@@ -75,7 +69,7 @@ int attn_launch_backward_kv(int kernel, const AttnBwdParams& p, int64_t blocks, 
         });
         return (int)cudaGetLastError();
     }
-    attn::attn_bwd_kv_simt<<<(unsigned)blocks, 32, kv_smem(p.sh.D), s>>>(p);
+    attn::attn_bwd_kv_simt<<<(unsigned)blocks, 32, attn::bwd_kv_simt_smem_bytes(p.sh.D), s>>>(p);
     return (int)cudaGetLastError();
 }
 
@@ -88,9 +82,9 @@ int attn_launch_backward_q(int kernel, const AttnBwdParams& p, int64_t blocks, v
         });
         return (int)cudaGetLastError();
     }
-    const size_t smem = q_smem(p.sh.D);
+    const size_t smem = attn::bwd_q_simt_smem_bytes(p.sh.D);
     const unsigned grid = (unsigned)blocks;
-    switch (dpl_of(p.sh.D)) {
+    switch (attn::attn_dpl(p.sh.D)) {
     case 2: attn::attn_bwd_q_simt<2><<<grid, kBwdWarps * 32, smem, s>>>(p); break;
     case 4: attn::attn_bwd_q_simt<4><<<grid, kBwdWarps * 32, smem, s>>>(p); break;
     default: attn::attn_bwd_q_simt<8><<<grid, kBwdWarps * 32, smem, s>>>(p); break;

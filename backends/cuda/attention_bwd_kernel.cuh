@@ -31,6 +31,15 @@ constexpr int kBwdRows = 16;  /* rows per dq block */
 constexpr int kBwdWarps = 4;  /* warps per dq block */
 constexpr int kBwdRowsPerWarp = kBwdRows / kBwdWarps;
 
+/* Dynamic shared memory of attn_bwd_kv_simt (K, V, dK, dV rows of D + 1; q, dout rows) and of
+ * attn_bwd_q_simt (q, dout tiles; K, V rows of D + 1). */
+__host__ __device__ constexpr size_t bwd_kv_simt_smem_bytes(int D) {
+    return sizeof(float) * (4 * (size_t)kBwdKeys * (D + 1) + 2 * (size_t)D);
+}
+__host__ __device__ constexpr size_t bwd_q_simt_smem_bytes(int D) {
+    return sizeof(float) * (2 * (size_t)kBwdRows * D + 2 * (size_t)kAttnKeys * (D + 1));
+}
+
 __global__ void __launch_bounds__(32) attn_bwd_kv_simt(const AttnBwdParams p) {
     WKV_DYNAMIC_SHARED(float, smem);
     const AttnShape& sh = p.sh;

@@ -36,6 +36,14 @@ constexpr int kAttnKeys = 32;   /* keys per shared-memory block: one per lane */
 constexpr int kAttnWarps = 4;
 constexpr int kRowsPerWarp = kAttnRows / kAttnWarps;
 
+/* Floats per lane of a row of D (<= kAttnMaxD) accumulators: D <= 32 * attn_dpl(D). */
+__host__ __device__ constexpr int attn_dpl(int D) { return D <= 64 ? 2 : D <= 128 ? 4 : 8; }
+
+/* Dynamic shared memory of attn_fwd_simt at head dim D: q, K padded to D + 1, V to 32 DPL. */
+__host__ __device__ constexpr size_t attn_simt_smem_bytes(int D) {
+    return sizeof(float) * ((size_t)kAttnRows * D + (size_t)kAttnKeys * (D + 1) + (size_t)kAttnKeys * 32 * attn_dpl(D));
+}
+
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));

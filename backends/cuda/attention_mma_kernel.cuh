@@ -36,6 +36,11 @@ constexpr int kMmaKeys = 64;  /* keys per shared-memory block */
 constexpr int kMmaWarps = 4;
 constexpr int kMmaPad = 8;    /* 16-bit elements after each staged row */
 
+/* Dynamic shared memory of attn_fwd_mma: K and V blocks of 16-bit rows. */
+__host__ __device__ constexpr size_t mma_fwd_smem_bytes(int D) {
+    return 2 * sizeof(uint16_t) * kMmaKeys * (size_t)(D + kMmaPad);
+}
+
 /* Two floats as one register of two 16-bit values (round to nearest even), lo in the low half. */
 template <bool BF16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {

@@ -80,8 +80,6 @@ wkv_cuda::DevView row_view(HostTensor& t, const Case& c) {
 int g_mma_staging[2];      // mma forward calls that staged K/V element by element, 16 bytes at a time
 int g_mma_bwd_staging[2];  // mma backward calls that staged Q/dout so, likewise
 
-int dpl_of(int64_t D) { return D <= 64 ? 2 : D <= 128 ? 4 : 8; }
-
 // Runs one kernel over the plan's launches; REQUIREs that none deadlocked.
 template <class Params, class Body>
 void run_plan(const wkv_attention_problem& p, int64_t unit, bool by_keys, int64_t heads, Params& prm,
@@ -106,7 +104,7 @@ void forward(const Case& c, HostTensor& tq, HostTensor& tk, HostTensor& tv, Host
     if (c.kernel == wkv_cuda::kAttnMma) {
         prm.sh.kv_vec16 = wkv_cuda::attn_rows_vec16(&p, prm.k, prm.v);
         ++g_mma_staging[prm.sh.kv_vec16];
-        const size_t smem = 2 * sizeof(uint16_t) * 64 * (size_t)(c.D + wkv_cuda::attn::kMmaPad);
+        const size_t smem = wkv_cuda::attn::mma_fwd_smem_bytes((int)c.D);
         const bool bf16 = e == 2;
         run_plan(p, wkv_cuda::attn::kMmaRows, false, p.Hq, prm, wkv_cuda::attn::kMmaWarps * 32, smem,
                  [&](const wkv_cuda::AttnFwdParams& x) {
@@ -117,8 +115,8 @@ void forward(const Case& c, HostTensor& tq, HostTensor& tk, HostTensor& tv, Host
                  });
         return;
     }
-    const int D = (int)c.D, dpl = dpl_of(c.D);
-    const size_t smem = sizeof(float) * ((size_t)16 * D + (size_t)32 * (D + 1) + (size_t)32 * 32 * dpl);
+    const int dpl = wkv_cuda::attn::attn_dpl((int)c.D);
+    const size_t smem = wkv_cuda::attn::attn_simt_smem_bytes((int)c.D);
     run_plan(p, wkv_cuda::attn::kAttnRows, false, p.Hq, prm, wkv_cuda::attn::kAttnWarps * 32, smem,
              [&](const wkv_cuda::AttnFwdParams& x) {
                  if (dpl == 2) wkv_cuda::attn::attn_fwd_simt<2>(x);
@@ -205,9 +203,9 @@ void check_backward(const Case& c, Rng& rng, bool with_dlse = false) {
             else wkv_cuda::attn::attn_bwd_q_mma<128, false>(x);
         });
     } else {
-    const int D = (int)c.D, dpl = dpl_of(c.D);
-    const size_t kv_smem = sizeof(float) * (4 * (size_t)32 * (D + 1) + 2 * (size_t)D);
-    const size_t q_smem = sizeof(float) * (2 * (size_t)16 * D + 2 * (size_t)32 * (D + 1));
+    const int dpl = wkv_cuda::attn::attn_dpl((int)c.D);
+    const size_t kv_smem = wkv_cuda::attn::bwd_kv_simt_smem_bytes((int)c.D);
+    const size_t q_smem = wkv_cuda::attn::bwd_q_simt_smem_bytes((int)c.D);
     run_plan(p, wkv_cuda::attn::kBwdKeys, true, p.Hkv, prm, 32, kv_smem,
              [&](const wkv_cuda::AttnBwdParams& x) { wkv_cuda::attn::attn_bwd_kv_simt(x); });
     run_plan(p, wkv_cuda::attn::kBwdRows, false, p.Hq, prm, wkv_cuda::attn::kBwdWarps * 32, q_smem,
