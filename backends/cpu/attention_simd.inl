@@ -14,14 +14,10 @@
  * 32 registers of 16 floats, 2 on 16 registers of 8. */
 constexpr int kAttnRows = W >= 16 ? 4 : 2;
 
-WKV_SIMD_INLINE float attn_hmax(const T* x, int n) {
-    T m = x[0];
-    for (int i = 1; i < n; ++i) m = V::max(m, x[i]);
-    alignas(64) float t[W];
-    V::store(t, m);
-    float r = t[0];
-    for (int i = 1; i < W; ++i) r = r > t[i] ? r : t[i];
-    return r;
+/* 0, 1, ..., W - 1: the lane numbers, to mask a block's keys past a row's last */
+WKV_SIMD_INLINE T attn_iota() {
+    alignas(64) static const float lanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    return V::load(lanes);
 }
 
 WKV_SIMD_INLINE float attn_hsum(const T* x, int n) {
@@ -46,40 +42,61 @@ WKV_SIMD_INLINE void attn_block_core(const Scores& scores, int64_t rows, int64_t
         const int nr = rows - r0 < kAttnRows ? (int)(rows - r0) : kAttnRows;
         T s[kAttnRows][BCV];
         scores(r0, nr, s);
-        /* per row: mask, max, p = exp(s - max) into p_rows (zeros where masked or skipped) */
-        float corr[kAttnRows];
+        /* The group's softmax step, the rows side by side: mask, the block maxima of all rows
+         * in one hmax4, the rescale factors in one vexp, p = exp(s - max) into p_rows, the
+         * block sums in one hsum4. Rows past nr and rows that see no key are all -inf: with
+         * their max taken as 0 their p is exactly 0 and their corr exp(-inf) = 0 (their
+         * accumulator is still 0 then), so no row needs a branch of its own. */
         int64_t keys = 0; /* the group's widest n_seen: the P V product's keys */
-        for (int i = 0; i < nr; ++i) {
-            const int64_t r = r0 + i;
-            const int64_t n_seen = seen[r] < nb ? seen[r] : nb;
-            float* pr = p_rows + i * bc;
-            corr[i] = 1.0f;
-            if (n_seen <= 0) {
-                for (int c = 0; c < BCV; ++c) V::store(pr + c * W, V::zero());
-                continue;
-            }
-            alignas(64) float lane[W];
+        for (int i = 0; i < kAttnRows; ++i) {
+            const int64_t n_seen = i >= nr ? 0 : seen[r0 + i] < nb ? seen[r0 + i] : nb;
+            keys = n_seen > keys ? n_seen : keys;
+            if (n_seen >= bc) continue;
+            const T limit = V::set1((float)n_seen);
             for (int c = 0; c < BCV; ++c) { /* lanes at or past n_seen: -inf */
-                const int64_t j0 = (int64_t)c * W;
-                if (j0 + W <= n_seen) continue;
-                for (int t = 0; t < W; ++t) lane[t] = j0 + t < n_seen ? 0.0f : -1.0f;
+                if ((int64_t)c * W + W <= n_seen) continue;
                 /* a blend, not an add: a stale key column may hold anything, even NaN */
-                s[i][c] = V::blend(V::lt(V::load(lane), V::zero()), neg_inf, s[i][c]);
+                s[i][c] = V::blend(V::lt(V::add(attn_iota(), V::set1((float)(c * W))), limit), s[i][c], neg_inf);
             }
-            const float mx = std::max(m[r], attn_hmax(s[i], BCV));
-            if (mx == -__builtin_inff()) {
-                for (int c = 0; c < BCV; ++c) V::store(pr + c * W, V::zero());
-                continue;
-            }
-            corr[i] = m[r] == -__builtin_inff() ? 0.0f : std::exp(m[r] - mx);
-            const T mxv = V::set1(mx);
+        }
+        T red[4];
+        for (int i = 0; i < 4; ++i) {
+            const int ii = i < kAttnRows ? i : kAttnRows - 1;
+            red[i] = s[ii][0];
+            for (int c = 1; c < BCV; ++c) red[i] = V::max(red[i], s[ii][c]);
+        }
+        alignas(64) float mx[W > 4 ? W : 4] = {}, corr[W > 4 ? W : 4] = {};
+        bool live[kAttnRows]; /* the row has seen a finite score: its max is real */
+        V::q_store(mx, V::hmax4(red[0], red[1], red[2], red[3]));
+        for (int i = 0; i < kAttnRows; ++i) {
+            const float m_old = i < nr ? m[r0 + i] : -__builtin_inff();
+            mx[i] = std::max(m_old, mx[i]);
+            live[i] = mx[i] != -__builtin_inff();
+            if (!live[i]) mx[i] = 0.0f;
+            corr[i] = m_old - mx[i];
+        }
+        {
+            T cv = V::load(corr);
+            vexp_n<1>(&cv);
+            V::store(corr, cv);
+        }
+        for (int i = 0; i < kAttnRows; ++i) {
+            const T mxv = V::set1(mx[i]);
             T pv[BCV];
             for (int c = 0; c < BCV; ++c) pv[c] = V::sub(s[i][c], mxv);
             vexp_n<BCV>(pv); /* exp(-inf) is exactly 0: masked lanes add nothing below */
-            l[r] = l[r] * corr[i] + attn_hsum(pv, BCV);
-            m[r] = mx;
+            float* pr = p_rows + i * bc;
             for (int c = 0; c < BCV; ++c) V::store(pr + c * W, pv[c]);
-            keys = n_seen > keys ? n_seen : keys;
+            red[i] = pv[0];
+            for (int c = 1; c < BCV; ++c) red[i] = V::add(red[i], pv[c]);
+        }
+        for (int i = kAttnRows; i < 4; ++i) red[i] = V::zero();
+        alignas(64) float sum[4];
+        V::q_store(sum, V::hsum4(red[0], red[1], red[2], red[3]));
+        for (int i = 0; i < nr; ++i) {
+            const int64_t r = r0 + i;
+            l[r] = l[r] * corr[i] + sum[i];
+            if (live[i]) m[r] = mx[i];
         }
         if (keys == 0) continue;
         /* acc = acc * corr + P V for the group's rows, 4 vectors of D at a time, each V row

@@ -5,7 +5,7 @@
  *   T, M (a lane mask), W; load/store (any alignment), zero, set1, arithmetic, fma(a,b,c) =
  *   a*b + c, fnma(a,b,c) = c - a*b; comparisons ge eq lt gt (false where NaN) and finite
  *   (|a| < inf) to M; blend(m, a, b) = m ? a : b; scale2(x, n) = x * 2^n for integer-valued n;
- *   hsum4(a0..a3) -> the four lane sums as one Q; bcast<L>(Q) -> lane L everywhere;
+ *   hsum4(a0..a3) -> the four lane sums as one Q, hmax4 the four lane maxima; bcast<L>(Q) -> lane L everywhere;
  *   bcast_mem(p) -> *p everywhere; fma_bm(a, p, c) = a * bcast_mem(p) + c;
  *   Q, a vector of 4 floats (what hsum4 returns), with q_store (16-byte aligned), q_storeu,
  *   q_loadu, q_set1, q_fma and q_transpose4; 16-bit loads and stores (f16 with F16C, bf16 by
@@ -69,6 +69,14 @@ struct V {
         const __m256 t0 = _mm256_hadd_ps(a0, a1), t1 = _mm256_hadd_ps(a2, a3);
         const __m256 t2 = _mm256_hadd_ps(t0, t1); /* a0 a1 a2 a3 (low half sums, high half) */
         return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
+    }
+    /* The four lane maxima (hsum4 with max; hadd has no max form, so unpacks and shuffles). */
+    static inline Q hmax4(T a0, T a1, T a2, T a3) {
+        const T s01 = _mm256_max_ps(_mm256_unpacklo_ps(a0, a1), _mm256_unpackhi_ps(a0, a1));
+        const T s23 = _mm256_max_ps(_mm256_unpacklo_ps(a2, a3), _mm256_unpackhi_ps(a2, a3));
+        const T s = _mm256_max_ps(_mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+        return _mm_max_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     }
     /* *p in every lane, as a load-port broadcast: written as asm so that the compiler can
      * neither keep the value in a register and shuffle it (the shuffle port is the one

@@ -64,6 +64,16 @@ struct V {
         const __m256 h = half_sum(s);
         return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     }
+    /* The four lane maxima, hsum4's shuffles with max for add (x86 max: NaN in, the second
+     * operand out, as everywhere in these traits). */
+    static inline Q hmax4(T a0, T a1, T a2, T a3) {
+        const T s01 = _mm512_max_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+        const T s23 = _mm512_max_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+        const T s = _mm512_max_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+        const __m256 h = _mm256_max_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
+        return _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    }
     /* *p in every lane, as a load-port broadcast: written as asm so that the compiler can
      * neither keep the value in a register and shuffle it (the shuffle port is the one
      * 512-bit FMAs share) nor fold a just-stored value into a register broadcast */

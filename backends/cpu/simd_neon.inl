@@ -65,6 +65,11 @@ struct V {
     static inline Q hsum4(T a0, T a1, T a2, T a3) {
         return vpaddq_f32(vpaddq_f32(a0, a1), vpaddq_f32(a2, a3));
     }
+    /* pairwise maxima as hsum4's pairwise adds, each pair through max() so NaN follows x86 */
+    static inline Q hmax4(T a0, T a1, T a2, T a3) {
+        const T p01 = max(vuzp1q_f32(a0, a1), vuzp2q_f32(a0, a1)), p23 = max(vuzp1q_f32(a2, a3), vuzp2q_f32(a2, a3));
+        return max(vuzp1q_f32(p01, p23), vuzp2q_f32(p01, p23));
+    }
     static inline T bcast_mem(const float* p) { return vld1q_dup_f32(p); }
     static inline T fma_bm(T a, const float* p, T c) { return vfmaq_f32(c, a, vld1q_dup_f32(p)); }
     template <int L>
