@@ -9,7 +9,8 @@ with WKV_CUDA_ATTENTION=1, since its kernels are opt-in until proven on a GPU).
 
 CPU, each case: float32 (and two bfloat16 prefill rows) inputs in one memory for both (torch's contiguous [B, H, T, D] tensors,
 libwkv their [B, T, H, D] strided views), libwkv with its default configuration and with every
-configuration, torch SDPA (its CPU flash kernel), medians of --repeats; TFLOP/s = 4 B H Tq Tk D
+configuration, torch SDPA (its CPU flash kernel), medians over --repeats rounds that each time
+all of them in a rotating order (interleaved_ms); TFLOP/s = 4 B H Tq Tk D
 (halved when causal with Tq = Tk). Decode steps (Tq = 1 against a long KV cache) run 8x as many
 calls. Training steps: libwkv's forward (with lse) and wkv.attention_backward against SDPA's
 forward and autograd backward (TFLOP/s counted as the 7 products of a flash forward + backward:
@@ -49,14 +50,23 @@ TRAIN_CASES = [(1, 32, 1024, 1024, 32, 64, True), (1, 32, 1024, 1024, 32, 64, Fa
                (1, 32, 1024, 1024, 4, 64, True)]
 
 
-def median_ms(fn, repeats):
-    fn()
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e3
+def interleaved_ms(fns, repeats, inner=1):
+    """Median ms per call of each of fns (name -> callable): one warm-up call each, then
+    `repeats` rounds that time `inner` calls of every one, the order rotated each round. Timing
+    one after another instead biased the table: whatever ran right after another library's
+    threads had run came out up to 50% slower (two configurations doing the same work at Tq = 1
+    read 0.60 and 0.92 ms), on a 2-core machine shared with neighbours."""
+    names = list(fns)
+    for name in names:
+        fns[name]()
+    ts = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for _ in range(inner):
+                t = time.perf_counter()
+                fns[name]()
+                ts[name].append(time.perf_counter() - t)
+    return {name: statistics.median(t) * 1e3 for name, t in ts.items()}
 
 
 # CUDA: the speed table's rows (bf16), and one training step
@@ -173,13 +183,12 @@ def main() -> int:
         qt, kt, vt = (torch.randn(B, h, T, D).to(dtype) for h, T in ((H, Tq), (Hkv, Tk), (Hkv, Tk)))
         q, k, v = (x.transpose(1, 2) for x in (qt, kt, vt))
         decode = Tq <= 2
-        reps = args.repeats * (8 if decode else 1)  # short calls: more of them
-        per = {}
+        fns = {name: (lambda name=name: wkv.attention(q, k, v, causal=causal, config=name)) for name in configs}
+        fns["torch"] = lambda: torch.nn.functional.scaled_dot_product_attention(
+            qt, kt, vt, is_causal=causal, enable_gqa=Hkv != H)
         with torch.no_grad():
-            t_torch = median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-                qt, kt, vt, is_causal=causal, enable_gqa=Hkv != H), reps)
-            for name in configs:
-                per[name] = median_ms(lambda: wkv.attention(q, k, v, causal=causal, config=name), reps)
+            per = interleaved_ms(fns, args.repeats, 8 if decode else 1)  # short calls: more of them
+        t_torch = per.pop("torch")
         flops = 4.0 * B * H * Tq * Tk * D * (0.5 if causal and Tq == Tk else 1.0)
         if decode:
             shape = "B=%d H=%d/%d Tq=%d Tk=%d D=%d" % (B, H, Hkv, Tq, Tk, D)
@@ -210,7 +219,8 @@ def main() -> int:
             o, lse = wkv.attention(q, k, v, causal=causal, return_lse=True)
             wkv.attention_backward(q, k, v, o, lse, g, causal=causal)
 
-        t_torch, t_wkv = median_ms(torch_step, args.repeats), median_ms(wkv_step, args.repeats)
+        t = interleaved_ms({"torch": torch_step, "libwkv": wkv_step}, args.repeats)
+        t_torch, t_wkv = t["torch"], t["libwkv"]
         flops = 14.0 * B * H * Tq * Tk * D * (0.5 if causal and Tq == Tk else 1.0)  # 2 + 5 products
         row = {"case": "attention fwd+bwd%s" % (" causal" if causal else ""),
                "shape": ("B=%d H=%d T=%d D=%d" % (B, H, Tq, D) if Hkv == H else
@@ -231,8 +241,10 @@ def main() -> int:
            "libwkv_command": "python3 benchmarks/attention_bench.py " + " ".join(sys.argv[1:]),
            "anchor": "torch.nn.functional.scaled_dot_product_attention on CPU tensors, same process, alternating",
            "anchor_same_run": True,
-           "method": "medians of %d calls after one warm-up; libwkv with its default configuration (%s); the CPU "
-                     "context's 2 threads, torch's %d" % (args.repeats, default, torch.get_num_threads()),
+           "method": "medians over %d rounds (8 calls a round for decode rows) after one warm-up, torch and every "
+                     "libwkv configuration timed in each round in a rotating order; libwkv with its default "
+                     "configuration (%s); the CPU context's 2 threads, torch's %d"
+                     % (args.repeats, default, torch.get_num_threads()),
            "rows": rows}
     if args.out:
         with open(args.out, "w") as f:

@@ -31,11 +31,11 @@ struct AttnConfig {
 
 /* The tile shapes this backend has (any D up to kAttnMaxHeadDim, any dtype); the first is the
  * default. Measured with the vector block step (benchmarks/attention_bench.py, Zen 4, 2 threads,
- * f32, H = 32; two runs, ms): q128.kv64 was the fastest on every row, 2-16% ahead of q256.kv128
- * (B=1 T=1024 D=64: 62.7 / 69.0 against 65.4 / 70.3; causal D=128: 64.9 / 65.6 against
- * 67.4 / 78.6; B=4 causal: 137 / 141 against 146 / 156), q64.kv64 close behind, q16 and q4
- * 10-150% slower: a Bc = 64 key block (16 KiB of Kt + 16 KiB of V at D = 64) stays in L1 while
- * a tile's row groups walk it; larger query tiles amortise each block's loads over more rows. */
+ * f32, H = 32; BENCHMARKS.md has the latest run, DESIGN.md the ranges): q128.kv64 the fastest or
+ * within noise of it on the prefill rows, q256.kv128 up to 20% behind (its 4 x 8 score vectors
+ * spill), q16 and q4 10-150% slower: a Bc = 64 key block (16 KiB of Kt + 16 KiB of V at D = 64)
+ * stays in L1 while a tile's row groups walk it; larger query tiles amortise each block's loads
+ * over more rows. At Tq = 1 every configuration does the same work. */
 constexpr AttnConfig kConfigs[] = {
     {"cpu.tiled.q128.kv64", 128, 64, true},
     {"cpu.tiled.q256.kv128", 256, 128, false},
