@@ -274,53 +274,5 @@ TEST_CASE("attention: bad inputs get a status and a message naming the argument"
 
 TEST_CASE("attention: the golden files (torch's math attention in float64)") {
     Ctx c;
-    std::vector<std::string> files;
-    std::error_code ec;
-    const std::string dir = golden_dir() + "/attention";
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-        if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
-    std::sort(files.begin(), files.end());
-    REQUIRE_MESSAGE(files.size() >= 6, "attention golden files in ", dir);
-    for (const std::string& path : files) {
-        CAPTURE(path);
-        SafeTensors f;
-        REQUIRE_MESSAGE(f.load(path), f.error);
-        REQUIRE(f.meta("op") == "attention");
-        const auto& qs = f.tensors.at("q").shape;
-        const auto& ks = f.tensors.at("k").shape;
-        AttnCase a;
-        a.B = qs[0], a.Tq = qs[1], a.Hq = qs[2], a.D = qs[3], a.Tk = ks[1], a.Hkv = ks[2];
-        a.causal = f.meta("causal") == "1";
-        const double scale = std::stod(f.meta("scale"));
-        std::vector<int64_t> qo, ko;
-        {
-            char err[256];
-            st_file* sf = st_open(path.c_str(), err, sizeof err);
-            REQUIRE(sf);
-            for (auto [name, out] : {std::pair<const char*, std::vector<int64_t>*>{"q_offsets", &qo}, {"k_offsets", &ko}}) {
-                const st_tensor* t = st_find(sf, name);
-                if (!t) continue;
-                REQUIRE(t->dtype == ST_I64);
-                out->resize((size_t)t->numel);
-                std::memcpy(out->data(), t->data, (size_t)t->numel * 8);
-            }
-            st_close(sf);
-        }
-        HostTensor tq(WKV_DTYPE_F32, {a.B, a.Tq, a.Hq, a.D}), tk(WKV_DTYPE_F32, {a.B, a.Tk, a.Hkv, a.D}),
-            tv(WKV_DTYPE_F32, {a.B, a.Tk, a.Hkv, a.D}), to(WKV_DTYPE_F32, {a.B, a.Tq, a.Hq, a.D}),
-            tl(WKV_DTYPE_F32, {a.B, a.Hq, a.Tq});
-        fill_input(tq, f.at("q")), fill_input(tk, f.at("k")), fill_input(tv, f.at("v"));
-        to.poison(), tl.poison();
-        wkv_attention_desc d{};
-        d.struct_size = sizeof d;
-        d.flags = a.causal ? WKV_ATTENTION_CAUSAL : 0;
-        d.scale = (float)scale;
-        d.q = tq.view(), d.k = tk.view(), d.v = tv.view(), d.o = to.view(), d.lse = tl.view();
-        if (!qo.empty()) d.q_offsets = qo.data(), d.k_offsets = ko.data(), d.num_seqs = (int64_t)qo.size() - 1;
-        REQUIRE_MESSAGE(wkv_attention(c.ctx, &d) == WKV_OK, wkv_last_error(c.ctx));
-        CHECK_MESSAGE(rel_err(to.read(), f.at("o")) <= 1e-5, "o rel err ", rel_err(to.read(), f.at("o")));
-        AttnRun r;
-        r.lse = tl.read(), r.lse_ref = f.at("lse");
-        check_lse(r, 1e-5);
-    }
+    check_attention_golden_files(c.ctx);
 }

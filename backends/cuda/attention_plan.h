@@ -52,12 +52,13 @@ inline int32_t attn_rows_vec16(const wkv_attention_problem* p, const DevView& a,
 }
 
 /* Calls launch(seq, blocks) for each launch of p's sequences cut in tiles of `unit` rows or
- * keys, `heads` blocks per tile (blocks = the launch's tiles * heads). Returns 0, the first
- * nonzero value a launch returned, or -1 when one sequence's tiles * heads exceed a launch's
- * grid (nothing launched). */
+ * keys, `heads` blocks per tile (blocks = the launch's tiles * heads); max_tiles is
+ * attn_max_tiles(p, unit, by_keys), which the caller has already checked against the grid.
+ * Returns 0, the first nonzero value a launch returned, or -1 when one sequence's tiles *
+ * heads exceed a launch's grid (nothing launched). */
 template <class Launch>
-int attn_plan_launches(const wkv_attention_problem* p, int64_t unit, bool by_keys, int64_t heads, Launch&& launch) {
-    const int64_t max_tiles = attn_max_tiles(p, unit, by_keys);
+int attn_plan_launches(const wkv_attention_problem* p, int64_t unit, bool by_keys, int64_t heads, int64_t max_tiles,
+                       Launch&& launch) {
     if (max_tiles == 0 || heads == 0) return 0;
     if (max_tiles * heads > 0x7fffffff) return -1;
     int64_t per = 0x7fffffff / (max_tiles * heads);

@@ -1065,7 +1065,7 @@ wkv_status cuda_attention(void* state, const wkv_attention_problem* p, wkv_messa
     prm.q = pl.v[0], prm.k = pl.v[1], prm.v = pl.v[2], prm.o = pl.v[3], prm.lse = pl.v[4];
     prm.sh = attn_shape(p);
     prm.sh.kv_vec16 = attn_rows_vec16(p, prm.k, prm.v);
-    const int e = attn_plan_launches(p, rows, false, p->Hq, [&](const AttnSeqs& seq, int64_t blocks) {
+    const int e = attn_plan_launches(p, rows, false, p->Hq, max_tiles, [&](const AttnSeqs& seq, int64_t blocks) {
         prm.seq = seq;
         return attn_launch_forward(cfg->kernel, prm, blocks, st->stream);
     });
@@ -1121,12 +1121,12 @@ wkv_status cuda_attention_backward(void* state, const wkv_attention_backward_pro
     prm.sh = attn_shape(p);
     prm.sh.kv_vec16 = attn_rows_vec16(p, prm.k, prm.v);
     prm.qd_vec16 = attn_rows_vec16(p, prm.q, prm.dout);
-    int e = attn_plan_launches(p, keys, true, p->Hkv, [&](const AttnSeqs& seq, int64_t blocks) {
+    int e = attn_plan_launches(p, keys, true, p->Hkv, kv_tiles, [&](const AttnSeqs& seq, int64_t blocks) {
         prm.seq = seq;
         return attn_launch_backward_kv(kernel, prm, blocks, st->stream);
     });
     if (e == 0)
-        e = attn_plan_launches(p, rows, false, p->Hq, [&](const AttnSeqs& seq, int64_t blocks) {
+        e = attn_plan_launches(p, rows, false, p->Hq, q_tiles, [&](const AttnSeqs& seq, int64_t blocks) {
             prm.seq = seq;
             return attn_launch_backward_q(kernel, prm, blocks, st->stream);
         });

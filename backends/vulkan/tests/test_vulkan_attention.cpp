@@ -143,48 +143,7 @@ TEST_CASE("vulkan attention: fully masked rows, no keys, no queries; packed sequ
 }
 
 TEST_CASE("vulkan attention: the golden files (torch's math attention in float64)") {
-    std::vector<std::string> files;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(golden_dir() + "/attention", ec))
-        if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
-    std::sort(files.begin(), files.end());
-    REQUIRE(files.size() >= 6);
-    for (const std::string& path : files) {
-        CAPTURE(path);
-        SafeTensors f;
-        REQUIRE_MESSAGE(f.load(path), f.error);
-        const auto& qs = f.tensors.at("q").shape;
-        const auto& ks = f.tensors.at("k").shape;
-        const int64_t B = qs[0], Tq = qs[1], Hq = qs[2], D = qs[3], Tk = ks[1], Hkv = ks[2];
-        std::vector<int64_t> qo, ko;
-        {
-            char err[256];
-            st_file* sf = st_open(path.c_str(), err, sizeof err);
-            REQUIRE(sf);
-            for (auto [name, out] : {std::pair<const char*, std::vector<int64_t>*>{"q_offsets", &qo}, {"k_offsets", &ko}}) {
-                const st_tensor* t = st_find(sf, name);
-                if (!t) continue;
-                out->resize((size_t)t->numel);
-                std::memcpy(out->data(), t->data, (size_t)t->numel * 8);
-            }
-            st_close(sf);
-        }
-        HostTensor tq(WKV_DTYPE_F32, {B, Tq, Hq, D}), tk(WKV_DTYPE_F32, {B, Tk, Hkv, D}), tv(WKV_DTYPE_F32, {B, Tk, Hkv, D}),
-            to(WKV_DTYPE_F32, {B, Tq, Hq, D}), tl(WKV_DTYPE_F32, {B, Hq, Tq});
-        fill_input(tq, f.at("q")), fill_input(tk, f.at("k")), fill_input(tv, f.at("v"));
-        to.poison(), tl.poison();
-        wkv_attention_desc d{};
-        d.struct_size = sizeof d;
-        d.flags = f.meta("causal") == "1" ? WKV_ATTENTION_CAUSAL : 0;
-        d.scale = (float)std::stod(f.meta("scale"));
-        d.q = tq.view(), d.k = tk.view(), d.v = tv.view(), d.o = to.view(), d.lse = tl.view();
-        if (!qo.empty()) d.q_offsets = qo.data(), d.k_offsets = ko.data(), d.num_seqs = (int64_t)qo.size() - 1;
-        REQUIRE_MESSAGE(wkv_attention(vk(), &d) == WKV_OK, wkv_last_error(vk()));
-        CHECK_MESSAGE(rel_err(to.read(), f.at("o")) <= 1e-5, "o rel err ", rel_err(to.read(), f.at("o")));
-        AttnRun r;
-        r.lse = tl.read(), r.lse_ref = f.at("lse");
-        check_lse(r, 1e-5);
-    }
+    check_attention_golden_files(vk());
     check_no_validation_message();
 }
 

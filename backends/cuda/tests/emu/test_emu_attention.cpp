@@ -85,7 +85,8 @@ template <class Params, class Body>
 void run_plan(const wkv_attention_problem& p, int64_t unit, bool by_keys, int64_t heads, Params& prm,
               unsigned threads, size_t smem, Body&& body) {
     std::string error;
-    const int rc = wkv_cuda::attn_plan_launches(&p, unit, by_keys, heads, [&](const wkv_cuda::AttnSeqs& seq, int64_t blocks) {
+    const int64_t max_tiles = wkv_cuda::attn_max_tiles(&p, unit, by_keys);
+    const int rc = wkv_cuda::attn_plan_launches(&p, unit, by_keys, heads, max_tiles, [&](const wkv_cuda::AttnSeqs& seq, int64_t blocks) {
         prm.seq = seq;
         error = wkv_emu::launch((unsigned)blocks, threads, smem, [&]() { body(prm); }, test_seed());
         return error.empty() ? 0 : 1;
@@ -333,7 +334,8 @@ TEST_CASE("cuda attention (emulated): rows that see no key, no keys, packed sequ
     wkv_attention_problem p{};
     p.B = 1, p.Tq = many.Tq, p.Tk = many.Tk, p.Hq = 1, p.Hkv = 1, p.D = 16;
     p.num_seqs = (int64_t)many.q_off.size() - 1, p.q_offsets = many.q_off.data(), p.k_offsets = many.k_off.data();
-    wkv_cuda::attn_plan_launches(&p, 16, false, 1, [&](const wkv_cuda::AttnSeqs&, int64_t) { return ++launches, 0; });
+    wkv_cuda::attn_plan_launches(&p, 16, false, 1, wkv_cuda::attn_max_tiles(&p, 16, false),
+                                 [&](const wkv_cuda::AttnSeqs&, int64_t) { return ++launches, 0; });
     CHECK(launches == 2);
     check(many, rng);
 }
