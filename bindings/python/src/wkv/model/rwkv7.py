@@ -287,7 +287,12 @@ def _decode_step(model: RWKV7Model, tokens: torch.Tensor, state: RWKV7State) -> 
 
     On the CPU, with no context given, the recurrence runs on a one-thread context: a step is
     a few microseconds of work, and waking the library's second thread while torch's own
-    threads hold the cores cost 2.6 ms per token against 0.65 (0.1B shape, 2 cores)."""
+    threads hold the cores cost 2.6 ms per token against 0.65 (0.1B shape, 2 cores).
+
+    Rejected: the products through numpy's BLAS (OpenBLAS). Alone its matrix-vector product
+    streams these weights at 26-33 GB/s against torch's 15-23, but in the loop its threads share
+    the two cores with torch's OpenMP workers, which spin after any parallel torch op (the
+    argmax over the logits, a prefill): decode 28 -> 9 tokens/s; with one BLAS thread 29.6."""
     lin = F.linear
     decode_context = None
     if tokens.device.type == "cpu" and current_context() is None:
