@@ -32,17 +32,17 @@ static inline uint16_t wkv_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* No branches (masks, not selects, which compilers keep as jumps), so that loops of it
+ * vectorise: the exponent rebiased by 112 (twice for inf / NaN, whose payload is kept),
+ * subnormals and zero as man * 2^-24 (exact). */
 static inline float wkv_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0x1fu) return wkv_bits_f32(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) {
-        /* zero or subnormal: man * 2^-24, exact in float32 */
-        float f = (float)man * (1.0f / 16777216.0f);
-        return sign ? -f : f;
-    }
-    return wkv_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t em = h & 0x7fffu;
+    const uint32_t special = 0u - (uint32_t)(em >= 0x7c00u); /* all ones for inf / NaN */
+    const uint32_t tiny = 0u - (uint32_t)(em < 0x400u);      /* all ones for subnormal / zero */
+    const uint32_t normal = (em << 13) + 0x38000000u + (special & 0x38000000u);
+    const uint32_t small = wkv_f32_bits((float)(int32_t)em * (1.0f / 16777216.0f));
+    return wkv_bits_f32(sign | (small & tiny) | (normal & ~tiny));
 }
 
 static inline uint16_t wkv_f32_to_f16(float f) {
