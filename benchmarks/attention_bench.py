@@ -7,7 +7,7 @@ with WKV_CUDA_ATTENTION=1, since its kernels are opt-in until proven on a GPU).
         python3 benchmarks/attention_bench.py --out benchmarks/attention-cpu-zen4.json
     ... --device cuda --out benchmarks/attention-cuda-h100.json
 
-CPU, each case: float32 (and two bfloat16 prefill rows) inputs in one memory for both (torch's contiguous [B, H, T, D] tensors,
+CPU, each case: float32 (and bfloat16 / float16 rows: prefill, a 16-bit KV cache's decode) inputs in one memory for both (torch's contiguous [B, H, T, D] tensors,
 libwkv their [B, T, H, D] strided views), libwkv with its default configuration and with every
 configuration, torch SDPA (its CPU flash kernel), medians over --repeats rounds that each time
 all of them in a rotating order (interleaved_ms); TFLOP/s = 4 B H Tq Tk D
@@ -42,8 +42,10 @@ import wkv
 CASES = [(1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 64, True), (1, 32, 1024, 1024, 32, 128, True),
          (4, 32, 1024, 1024, 32, 64, True), (1, 32, 4096, 4096, 32, 64, True),
          (1, 32, 1, 4096, 32, 64, False), (1, 32, 1, 4096, 8, 64, False), (1, 32, 1, 16384, 8, 64, False)]
-# the same prefill shapes in bfloat16 (both sides take bf16 tensors)
-BF16_CASES = [(1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 64, True)]
+# the same prefill shapes in bfloat16 (both sides take bf16 tensors), and a decode step
+BF16_CASES = [(1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 64, True), (1, 32, 1, 4096, 8, 64, False)]
+# decode steps against a float16 KV cache
+F16_CASES = [(1, 32, 1, 4096, 32, 64, False), (1, 32, 1, 4096, 8, 64, False)]
 
 # training steps (forward + backward)
 TRAIN_CASES = [(1, 32, 1024, 1024, 32, 64, True), (1, 32, 1024, 1024, 32, 64, False), (1, 32, 1024, 1024, 32, 128, True),
@@ -177,7 +179,8 @@ def main() -> int:
     default = [c["name"] for c in wkv.attention_configs() if c["is_default"]][0]
     rows = []
     for (B, H, Tq, Tk, Hkv, D, causal), dtype in ([(c, torch.float32) for c in CASES] +
-                                                 [(c, torch.bfloat16) for c in BF16_CASES]):
+                                                 [(c, torch.bfloat16) for c in BF16_CASES] +
+                                                 [(c, torch.float16) for c in F16_CASES]):
         # the same memory for both: torch's contiguous [B, H, T, D] tensors, libwkv their
         # [B, T, H, D] views (strides; a KV cache laid out per head, as torch's SDPA wants it)
         qt, kt, vt = (torch.randn(B, h, T, D).to(dtype) for h, T in ((H, Tq), (Hkv, Tk), (Hkv, Tk)))
@@ -195,7 +198,7 @@ def main() -> int:
         else:
             shape = "B=%d H=%d T=%d D=%d" % (B, H, Tq, D)
         row = {"case": "attention %s%s" % ("decode" if decode else "fwd", " causal" if causal else ""), "shape": shape,
-               "dtype": "bf16" if dtype == torch.bfloat16 else "f32", "libwkv_ms": per[default], "config": default,
+               "dtype": {torch.bfloat16: "bf16", torch.float16: "f16"}.get(dtype, "f32"), "libwkv_ms": per[default], "config": default,
                "configs_ms": per, "anchor": "torch SDPA (CPU)", "anchor_ms": t_torch,
                "libwkv_tflops": flops / per[default] / 1e9}
         rows.append(row)
