@@ -40,10 +40,10 @@ def run_in_process(monkeypatch, name, out, cases):
 def test_attention_bench(monkeypatch, tmp_path):
     doc = run_in_process(monkeypatch, "attention_bench", tmp_path / "a.json", {
         "CASES": [(1, 2, 40, 40, 2, 16, True), (1, 4, 1, 70, 2, 16, False)], "BF16_CASES": [(1, 2, 300, 300, 2, 16, False)],
-        "TRAIN_CASES": [(1, 4, 33, 33, 2, 16, True)]})
+        "F16_CASES": [(1, 4, 1, 50, 2, 16, False)], "TRAIN_CASES": [(1, 4, 33, 33, 2, 16, True)]})
     assert [r["case"] for r in doc["rows"]] == ["attention fwd causal", "attention decode", "attention fwd",
-                                               "attention fwd+bwd causal"]
-    assert [r["dtype"] for r in doc["rows"]] == ["f32", "f32", "bf16", "f32"]
+                                               "attention decode", "attention fwd+bwd causal"]
+    assert [r["dtype"] for r in doc["rows"]] == ["f32", "f32", "bf16", "f16", "f32"]
     for r in doc["rows"]:
         assert r["libwkv_ms"] > 0 and r["anchor_ms"] > 0 and r["config"] in r["configs_ms"]
     text = rendered(doc, render.attention_table)
