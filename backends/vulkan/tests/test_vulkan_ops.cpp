@@ -274,9 +274,10 @@ void check_case(const Case& c, uint64_t seed) {
         const bool fwd = ref[i].first == "y" || ref[i].first == "sT";
         // dw, du of the broadcast parameters are sums over every token of every sequence, in
         // another order on each backend; with one channel (C = 1) the norm is that one sum, its
-        // cancellation not averaged over channels: float32 rounding reached 6e-5 (a seed of CI's)
+        // cancellation not averaged over channels: float32 rounding reached 6e-5 over several
+        // channels and 4.2e-4 with one (C = 1, B = 3 T = 100: a seed of CI's)
         const bool reduced = (ref[i].first == "dw" && c.op == WKV_OP_RWKV4) || ref[i].first == "du";
-        const double tol = half ? (fwd ? 5e-3 : 1e-2) : reduced ? 2e-4 : 5e-5;
+        const double tol = half ? (fwd ? 5e-3 : 1e-2) : reduced ? (c.N == 1 ? 2e-3 : 2e-4) : 5e-5;
         INFO(ref[i].first);
         CHECK(rel_err(got[i].second, ref[i].second) <= tol);
     }
