@@ -28,17 +28,8 @@ __attribute__((target("avx512f,avx512vl,avx512bf16"))) uint16_t hw_f32_to_bf16(f
     return out;
 }
 
-uint32_t bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-}
-
-float from_bits(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
+uint32_t bits(float f) { return wkv_f32_bits(f); }
+float from_bits(uint32_t u) { return wkv_bits_f32(u); }
 
 // Floats to convert: zeros, infinities, NaNs, the largest / smallest of each kind, every
 // exponent with random mantissas and both signs, and the exact halfway points between

@@ -24,14 +24,16 @@ inline int64_t view_offset(const wkv_view& v, int64_t i0, int64_t i1, int64_t i2
 
 inline bool view_present(const wkv_view& v) noexcept { return v.data != nullptr; }
 
-/* n contiguous 16-bit values at src (any alignment) as floats. */
+/* n 16-bit values at src, st elements apart (any alignment), as floats. The contiguous case
+ * is a loop of its own: the compiler vectorises it (half.h's conversions have no branches). */
 template <bool kBf16>
-inline void load_row16(const char* src, int64_t n, float* __restrict dst) noexcept {
-    for (int64_t j = 0; j < n; ++j) {
-        uint16_t h;
-        std::memcpy(&h, src + j * 2, 2);
-        dst[j] = kBf16 ? wkv_bf16_to_f32(h) : wkv_f16_to_f32(h);
-    }
+inline void load_row16(const char* src, int64_t n, int64_t st, float* __restrict dst) noexcept {
+    const auto cvt = [](uint16_t h) { return kBf16 ? wkv_bf16_to_f32(h) : wkv_f16_to_f32(h); };
+    uint16_t h;
+    if (st == 1)
+        for (int64_t j = 0; j < n; ++j) std::memcpy(&h, src + j * 2, 2), dst[j] = cvt(h);
+    else
+        for (int64_t j = 0; j < n; ++j) std::memcpy(&h, src + j * st * 2, 2), dst[j] = cvt(h);
 }
 
 /* dst[j] = float(v[off + j * stride[3]]) for j in [0, n). */
@@ -47,24 +49,10 @@ inline void load_row(const wkv_view& v, int64_t off, int64_t n, float* dst) noex
         }
         return;
     case WKV_ELEM_F16:
-        if (st == 1) /* contiguous: a loop the compiler vectorises (half.h has no branches) */
-            load_row16<false>(base + off * 2, n, dst);
-        else
-            for (int64_t j = 0; j < n; ++j) {
-                uint16_t h;
-                std::memcpy(&h, base + (off + j * st) * 2, 2);
-                dst[j] = wkv_f16_to_f32(h);
-            }
+        load_row16<false>(base + off * 2, n, st, dst);
         return;
     case WKV_ELEM_BF16:
-        if (st == 1)
-            load_row16<true>(base + off * 2, n, dst);
-        else
-            for (int64_t j = 0; j < n; ++j) {
-                uint16_t h;
-                std::memcpy(&h, base + (off + j * st) * 2, 2);
-                dst[j] = wkv_bf16_to_f32(h);
-            }
+        load_row16<true>(base + off * 2, n, st, dst);
         return;
     }
 }
